@@ -1,0 +1,206 @@
+//! Claiming a machine account into a human account by an e-mailed six-digit code.
+//!
+//! One live claim per machine (a new init replaces it); the code is random, stored hashed, lives
+//! 15 minutes, and the fifth wrong code voids the claim. The merge moves projects, memories,
+//! tasks and keys in one transaction; the machine's `default` project merges into the human's.
+use chrono::{DateTime, Duration, Utc};
+use sqlx::{PgConnection, PgPool};
+
+use super::crypto;
+use super::error::{AppError, AppResult};
+use super::mail::{self, ClaimMail};
+use super::machines;
+use super::state::Settings;
+use super::time::iso;
+
+/// Wrong codes that void a claim.
+pub const MAX_WRONG_CODES: i32 = 5;
+
+/// The answer of claim/init.
+#[derive(Debug, serde::Serialize)]
+pub struct ClaimStarted {
+    pub expires_at: String,
+    /// Only without a mail transport (local development).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification_code: Option<String>,
+}
+
+/// A pending claim as the portal's claim page shows it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct PendingClaim {
+    pub machine_id: i64,
+    pub hostname: Option<String>,
+    pub platform: Option<String>,
+    pub projects: i64,
+    pub memories: i64,
+    pub expires_at: String,
+}
+
+fn code_hash(machine_id: i64, code: &str) -> Vec<u8> {
+    crypto::sha256(&format!("{machine_id}:{code}"))
+}
+
+async fn counts(db: &mut PgConnection, machine_id: i64) -> AppResult<(i64, i64)> {
+    Ok(sqlx::query_as("select (select count(*) from projects where user_id = $1), (select count(*) from memories where user_id = $1)")
+        .bind(machine_id)
+        .fetch_one(db)
+        .await?)
+}
+
+/// Starts (or restarts) the claim of a machine by the account of `email`, and mails the code.
+pub async fn init(pool: &PgPool, settings: &Settings, fingerprint: &str, email: &str) -> AppResult<ClaimStarted> {
+    let mut tx = pool.begin().await?;
+    let (machine_id, claimed_by, _, hostname, platform) = machines::find(&mut *tx, fingerprint).await?.ok_or_else(|| AppError::not_found("Machine"))?;
+    if claimed_by.is_some() {
+        return Err(AppError::Conflict("Machine already claimed".into()));
+    }
+    let human_id: i64 = sqlx::query_scalar("select id from users where email = $1 and not is_machine")
+        .bind(email.to_lowercase())
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| AppError::not_found("User"))?;
+    let code = crypto::new_verification_code();
+    let expires_at = Utc::now() + Duration::seconds(settings.claim_ttl_secs);
+    sqlx::query(
+        "insert into claims (machine_id, human_id, code_hash, expires_at) values ($1, $2, $3, $4)
+         on conflict (machine_id) do update set human_id = excluded.human_id, code_hash = excluded.code_hash,
+             expires_at = excluded.expires_at, failed_attempts = 0, created_at = now()",
+    )
+    .bind(machine_id)
+    .bind(human_id)
+    .bind(code_hash(machine_id, &code))
+    .bind(expires_at)
+    .execute(&mut *tx)
+    .await?;
+    let (projects, memories) = counts(&mut tx, machine_id).await?;
+    let message = ClaimMail {
+        code: code.clone(),
+        hostname: hostname.unwrap_or_else(|| "unnamed machine".into()),
+        platform: platform.unwrap_or_else(|| "unknown platform".into()),
+        projects,
+        memories,
+        link: format!("{}/claim?machine={machine_id}", settings.public_url.trim_end_matches('/')),
+        expires_minutes: settings.claim_ttl_secs / 60,
+    };
+    // The message is written (dev mailbox) or sent before the claim is committed: a claim whose
+    // code could not be delivered does not stay live.
+    mail::send_claim_code(&mut tx, settings, email, &message).await?;
+    tx.commit().await?;
+    Ok(ClaimStarted { expires_at: iso(expires_at), verification_code: settings.smtp_url.is_none().then_some(code) })
+}
+
+/// Which claim a verification names.
+pub enum ClaimRef<'a> {
+    /// By the machine's fingerprint (the agents API).
+    Fingerprint(&'a str),
+    /// By machine id, for the logged-in human (the portal): only the account the claim names.
+    ForHuman { machine_id: i64, human_id: i64 },
+}
+
+/// Checks the code and merges the machine into the human account. Wrong codes count, and the
+/// fifth voids the claim (429).
+pub async fn verify(pool: &PgPool, claim: ClaimRef<'_>, code: &str) -> AppResult<i64> {
+    let invalid = || AppError::BadRequest("Invalid or expired verification code".into());
+    let mut tx = pool.begin().await?;
+    let machine_id = match claim {
+        ClaimRef::Fingerprint(fp) => machines::find(&mut *tx, fp).await?.ok_or_else(|| AppError::not_found("Machine"))?.0,
+        ClaimRef::ForHuman { machine_id, .. } => machine_id,
+    };
+    let row: Option<(i64, Vec<u8>, DateTime<Utc>, i32)> =
+        sqlx::query_as("select human_id, code_hash, expires_at, failed_attempts from claims where machine_id = $1 for update")
+            .bind(machine_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((human_id, stored, expires_at, failed)) = row else { return Err(invalid()) };
+    if let ClaimRef::ForHuman { human_id: asking, .. } = claim {
+        if asking != human_id {
+            return Err(AppError::not_found("Claim"));
+        }
+    }
+    if expires_at <= Utc::now() {
+        return Err(invalid());
+    }
+    if !crypto::constant_time_eq(&stored, &code_hash(machine_id, code)) {
+        let failed = failed + 1;
+        if failed >= MAX_WRONG_CODES {
+            sqlx::query("delete from claims where machine_id = $1").bind(machine_id).execute(&mut *tx).await?;
+            tx.commit().await?;
+            return Err(AppError::RateLimited {
+                message: "Too many wrong verification codes: the claim is void, start a new one".into(),
+                retry_after_secs: 60,
+            });
+        }
+        sqlx::query("update claims set failed_attempts = $2 where machine_id = $1").bind(machine_id).bind(failed).execute(&mut *tx).await?;
+        tx.commit().await?;
+        return Err(invalid());
+    }
+    merge(&mut tx, machine_id, human_id).await?;
+    sqlx::query("delete from claims where machine_id = $1").bind(machine_id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(human_id)
+}
+
+/// Moves everything of the machine account into the human account (inside the caller's
+/// transaction).
+async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()> {
+    // The machine's default project merges into the human's default.
+    for table in ["memories", "tasks"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("update {table} set user_id = $2, project_id = 'default' where user_id = $1 and project_id = 'default'")))
+            .bind(machine)
+            .bind(human)
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query("delete from projects where user_id = $1 and id = 'default'").bind(machine).execute(&mut *tx).await?;
+    // Clashing names (and, improbably, ids) get a short suffix.
+    let clashing: Vec<(String, String, bool, bool)> = sqlx::query_as(
+        "select p.id, p.name,
+                exists (select 1 from projects h where h.user_id = $2 and h.name = p.name),
+                exists (select 1 from projects h where h.user_id = $2 and h.id = p.id)
+         from projects p where p.user_id = $1",
+    )
+    .bind(machine)
+    .bind(human)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (id, name, name_clash, id_clash) in clashing {
+        if !name_clash && !id_clash {
+            continue;
+        }
+        let suffix = crypto::random_token(4).to_lowercase();
+        let new_name = if name_clash { format!("{}-{suffix}", name.chars().take(59).collect::<String>()) } else { name };
+        let new_id = if id_clash { format!("{id}-{suffix}") } else { id.clone() };
+        // Memories and tasks follow the id change (on update cascade).
+        sqlx::query("update projects set name = $3, id = $4 where user_id = $1 and id = $2")
+            .bind(machine)
+            .bind(&id)
+            .bind(new_name)
+            .bind(new_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    // Projects move with their memories and tasks (on update cascade), then the keys.
+    sqlx::query("update projects set user_id = $2 where user_id = $1").bind(machine).bind(human).execute(&mut *tx).await?;
+    sqlx::query("update api_keys set user_id = $2 where user_id = $1").bind(machine).bind(human).execute(&mut *tx).await?;
+    sqlx::query("update users set claimed_by = $2, claimed_at = now() where id = $1").bind(machine).bind(human).execute(&mut *tx).await?;
+    Ok(())
+}
+
+/// The live claims naming a human account, for the portal.
+pub async fn pending_for(pool: &PgPool, human_id: i64) -> AppResult<Vec<PendingClaim>> {
+    let rows: Vec<(i64, Option<String>, Option<String>, i64, i64, DateTime<Utc>)> = sqlx::query_as(
+        "select c.machine_id, u.hostname, u.platform,
+                (select count(*) from projects p where p.user_id = c.machine_id),
+                (select count(*) from memories m where m.user_id = c.machine_id),
+                c.expires_at
+         from claims c join users u on u.id = c.machine_id
+         where c.human_id = $1 and c.expires_at > now() and u.claimed_by is null order by c.created_at desc",
+    )
+    .bind(human_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(machine_id, hostname, platform, projects, memories, expires_at)| PendingClaim { machine_id, hostname, platform, projects, memories, expires_at: iso(expires_at) })
+        .collect())
+}

@@ -1,0 +1,200 @@
+//! all-MiniLM-L6-v2 in candle: 384-d sentence vectors (attention-mask mean pooling,
+//! L2-normalised). One model per process, owned by a dedicated thread that micro-batches the
+//! requests queued while it was busy, so the async threads never run the model.
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{anyhow, Context};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokio::sync::{mpsc, oneshot};
+
+/// The model's name, stored beside every vector.
+pub const MODEL_NAME: &str = "all-MiniLM-L6-v2";
+/// Vector dimension.
+pub const DIM: usize = 384;
+/// Most texts in one forward pass.
+pub const MAX_BATCH: usize = 16;
+/// Tokens kept per text.
+pub const MAX_TOKENS: usize = 256;
+
+/// The loaded model and tokenizer.
+pub struct Embedder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+}
+
+impl Embedder {
+    /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir`.
+    pub fn load(dir: &Path) -> anyhow::Result<Self> {
+        let device = Device::Cpu;
+        let config: Config = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("config.json")).with_context(|| format!("reading {}/config.json (run `make setup`)", dir.display()))?,
+        )?;
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| anyhow!("loading tokenizer: {e}"))?;
+        // The shipped tokenizer pads and truncates to a fixed 128: pad to the longest text of the
+        // batch instead, and keep up to 256 tokens.
+        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length: MAX_TOKENS, ..Default::default() }))
+            .map_err(|e| anyhow!("setting truncation: {e}"))?;
+        // SAFETY: the weights file is memory-mapped read-only and not modified while mapped.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &device)? };
+        let model = BertModel::load(vb, &config)?;
+        Ok(Self { model, tokenizer, device })
+    }
+
+    /// Embeds a batch of texts (blocking).
+    pub fn embed_batch(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(vec![]);
+        }
+        let encodings = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| anyhow!("tokenizing: {e}"))?;
+        let len = encodings[0].get_ids().len();
+        let n = encodings.len();
+        let mut ids = Vec::with_capacity(n * len);
+        let mut types = Vec::with_capacity(n * len);
+        let mut mask = Vec::with_capacity(n * len);
+        for e in &encodings {
+            ids.extend_from_slice(e.get_ids());
+            types.extend_from_slice(e.get_type_ids());
+            mask.extend(e.get_attention_mask().iter().map(|&m| m as f32));
+        }
+        let ids = Tensor::from_vec(ids, (n, len), &self.device)?;
+        let types = Tensor::from_vec(types, (n, len), &self.device)?;
+        let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
+        let hidden = self.model.forward(&ids, &types, Some(&mask))?; // (n, len, 384)
+        let mask3 = mask.unsqueeze(2)?; // (n, len, 1)
+        let summed = hidden.broadcast_mul(&mask3)?.sum(1)?; // (n, 384)
+        let counts = mask3.sum(1)?.clamp(1e-9, f64::MAX)?; // (n, 1)
+        let mean = summed.broadcast_div(&counts)?;
+        let norms = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        let normalised = mean.broadcast_div(&norms)?;
+        Ok(normalised.to_vec2::<f32>()?)
+    }
+}
+
+type Reply = oneshot::Sender<Result<Vec<f32>, String>>;
+
+struct Inner {
+    dir: PathBuf,
+    queue: OnceLock<mpsc::UnboundedSender<(String, Reply)>>,
+}
+
+/// A cheap handle to the process's one model; the model loads on first use.
+#[derive(Clone)]
+pub struct EmbedderHandle {
+    inner: Arc<Inner>,
+}
+
+impl EmbedderHandle {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { inner: Arc::new(Inner { dir: dir.into(), queue: OnceLock::new() }) }
+    }
+
+    /// The model directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    fn queue(&self) -> &mpsc::UnboundedSender<(String, Reply)> {
+        self.inner.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let dir = self.inner.dir.clone();
+            std::thread::Builder::new().name("embedder".into()).spawn(move || run_model(dir, rx)).expect("spawning the embedder thread");
+            tx
+        })
+    }
+
+    /// Embeds one text; concurrent calls are batched together.
+    pub async fn embed(&self, text: &str) -> anyhow::Result<Vec<f32>> {
+        let (tx, rx) = oneshot::channel();
+        self.queue().send((text.to_string(), tx)).map_err(|_| anyhow!("embedder thread stopped"))?;
+        rx.await.map_err(|_| anyhow!("embedder thread stopped"))?.map_err(|e| anyhow!(e))
+    }
+
+    /// Embeds many texts, batched.
+    pub async fn embed_many(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        let futures = texts.iter().map(|t| self.embed(t));
+        futures::future::try_join_all(futures).await
+    }
+
+    /// Loads the model now (start-up), so the first request does not pay for it.
+    pub async fn warm_up(&self) -> anyhow::Result<()> {
+        self.embed("warm up").await.map(|_| ())
+    }
+}
+
+/// The model thread: waits for a request, takes whatever else is queued (up to a batch), runs
+/// one forward pass and answers each caller.
+fn run_model(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(String, Reply)>) {
+    let model = Embedder::load(&dir).map_err(|e| format!("{e:#}"));
+    if let Err(e) = &model {
+        tracing::error!(error = %e, "loading the embedding model failed");
+    }
+    while let Some(first) = rx.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        let (texts, replies): (Vec<String>, Vec<Reply>) = batch.into_iter().unzip();
+        let result = match &model {
+            Ok(m) => m.embed_batch(&texts).map_err(|e| format!("{e:#}")),
+            Err(e) => Err(e.clone()),
+        };
+        match result {
+            Ok(vectors) => {
+                for (reply, v) in replies.into_iter().zip(vectors) {
+                    let _ = reply.send(Ok(v));
+                }
+            }
+            Err(e) => {
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Cosine similarity of two L2-normalised vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The model directory for tests: `ENGRAM_MODEL_DIR` or the workspace's `models/`.
+pub fn default_model_dir() -> PathBuf {
+    std::env::var("ENGRAM_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parity with sentence-transformers on the shared golden set.
+    #[test]
+    fn vectors_match_the_reference_implementation() {
+        let golden: serde_json::Value = serde_json::from_str(include_str!("../../data/embedding_golden.json")).unwrap();
+        let texts: Vec<String> = serde_json::from_value(golden["texts"].clone()).unwrap();
+        let reference = &golden["all-MiniLM-L6-v2"];
+        let vectors: Vec<Vec<f32>> = serde_json::from_value(reference["vectors"].clone()).unwrap();
+        let model = Embedder::load(&default_model_dir()).unwrap();
+        // Once as a batch (padding exercised), once one by one.
+        let batched = model.embed_batch(&texts).unwrap();
+        for (i, text) in texts.iter().enumerate() {
+            let single = model.embed_batch(std::slice::from_ref(text)).unwrap().remove(0);
+            assert_eq!(single.len(), DIM);
+            let c1 = cosine(&single, &vectors[i]);
+            let c2 = cosine(&batched[i], &vectors[i]);
+            assert!(c1 > 0.9999 && c2 > 0.9999, "text {i} {text:?}: cosine {c1} / {c2}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The one error type users can see, rendered once as the contract's JSON body.
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// One FastAPI-shaped validation error: `{loc, msg, type, input?, ctx?}`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FieldError {
+    pub loc: Vec<Value>,
+    pub msg: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ctx: Option<Value>,
+}
+
+impl FieldError {
+    pub fn new(loc: &[&str], kind: &str, msg: impl Into<String>) -> Self {
+        Self {
+            loc: loc.iter().map(|s| Value::from(*s)).collect(),
+            msg: msg.into(),
+            kind: kind.into(),
+            input: None,
+            ctx: None,
+        }
+    }
+    pub fn input(mut self, input: Value) -> Self {
+        self.input = Some(input);
+        self
+    }
+    pub fn ctx(mut self, ctx: Value) -> Self {
+        self.ctx = Some(ctx);
+        self
+    }
+    /// The last element of `loc`, the field's name, for showing an error next to a form field.
+    pub fn field(&self) -> String {
+        self.loc.last().and_then(|v| v.as_str()).unwrap_or_default().to_string()
+    }
+}
+
+/// Every failure a handler can answer with. Internal causes are logged, never sent.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("validation failed")]
+    Validation(Vec<FieldError>),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("request body too large")]
+    PayloadTooLarge,
+    #[error("{message}")]
+    RateLimited { message: String, retry_after_secs: u64 },
+    #[error("database unavailable")]
+    Unavailable,
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+pub type AppResult<T> = Result<T, AppError>;
+
+impl AppError {
+    pub fn validation(err: FieldError) -> Self {
+        AppError::Validation(vec![err])
+    }
+    pub fn not_found(what: &str) -> Self {
+        AppError::NotFound(format!("{what} not found"))
+    }
+    pub fn status(&self) -> StatusCode {
+        match self {
+            AppError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AppError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            AppError::NotFound(_) => StatusCode::NOT_FOUND,
+            AppError::Conflict(_) => StatusCode::CONFLICT,
+            AppError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            AppError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+    /// The `detail` of the body: an array for validation errors, a sentence otherwise.
+    pub fn detail(&self) -> Value {
+        match self {
+            AppError::Validation(errors) => json!(errors),
+            AppError::Internal(_) => json!("Internal server error"),
+            AppError::Unavailable => json!("Service temporarily unavailable: the database cannot be reached"),
+            AppError::PayloadTooLarge => json!("Request body too large (limit 1 MiB)"),
+            other => json!(other.to_string()),
+        }
+    }
+    /// A one-line message for a portal page.
+    pub fn user_message(&self) -> String {
+        match self {
+            AppError::Validation(errors) => errors.first().map(|e| e.msg.clone()).unwrap_or_default(),
+            other => other.detail().as_str().unwrap_or_default().to_string(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for AppError {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                tracing::error!(error = %err, "database unreachable");
+                AppError::Unavailable
+            }
+            _ => AppError::Internal(anyhow::Error::new(err)),
+        }
+    }
+}
+
+/// Whether `err` is a unique violation of the named constraint.
+pub fn is_unique_violation(err: &sqlx::Error, constraint: &str) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") && db.constraint() == Some(constraint))
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if let AppError::Internal(cause) = &self {
+            tracing::error!(error = ?cause, "internal error");
+        }
+        let mut response = (status, axum::Json(json!({"success": false, "detail": self.detail()}))).into_response();
+        let headers = response.headers_mut();
+        match &self {
+            AppError::RateLimited { retry_after_secs, .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            }
+            AppError::Unavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            _ => {}
+        }
+        response
+    }
+}

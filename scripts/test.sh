@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole suite: setup, Rust tests against the real PostgreSQL (a database per test), then the
+# Playwright suite in Debian's Chromium against a server this script starts and stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$HOME/.cargo/bin:$PATH
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/engram/target}
+export SQLX_OFFLINE=true
+unset DATABASE_URL
+ENGRAM_SETUP_BROWSER=1 bash scripts/setup.sh
+
+admin_url=${ENGRAM_TEST_ADMIN_URL:-postgres://engram:engram@127.0.0.1:5432/postgres}
+export ENGRAM_TEST_ADMIN_URL=$admin_url
+export ENGRAM_MODEL_DIR=${ENGRAM_MODEL_DIR:-$PWD/models/all-MiniLM-L6-v2}
+
+# Databases left by an earlier, interrupted run.
+for db in $(psql "$admin_url" -Atc "select datname from pg_database where datname like 'engram_test_%'"); do
+  psql "$admin_url" -qc "drop database if exists \"$db\" with (force)" >/dev/null
+done
+
+echo "== Rust tests"
+cargo build -q -p server --bin engram
+cargo nextest run -p server -p app --features app/ssr --no-fail-fast
+
+echo "== Browser tests"
+bash scripts/build-site.sh
+port=${ENGRAM_E2E_PORT:-3100}
+db=engram_e2e
+psql "$admin_url" -qc "drop database if exists $db with (force)" -c "create database $db" >/dev/null
+log=$CARGO_TARGET_DIR/e2e-server.log
+DATABASE_URL=postgres://engram:engram@127.0.0.1:5432/$db ENGRAM_BIND=127.0.0.1:$port \
+  ENGRAM_SITE_ROOT=$CARGO_TARGET_DIR/site ENGRAM_RATE_REGISTER_PER_HOUR=1000 ENGRAM_LOG=info \
+  "$CARGO_TARGET_DIR/debug/engram" serve >"$log" 2>&1 &
+server_pid=$!
+trap 'kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true' EXIT
+for _ in $(seq 120); do
+  curl -fs "http://127.0.0.1:$port/api/ready" >/dev/null && break
+  kill -0 $server_pid 2>/dev/null || { cat "$log"; exit 1; }
+  sleep 0.5
+done
+curl -fs "http://127.0.0.1:$port/api/ready" >/dev/null || { echo "server did not become ready"; tail -50 "$log"; exit 1; }
+(cd end2end && ENGRAM_BASE_URL=http://127.0.0.1:$port npx playwright test) || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }

@@ -1,0 +1,113 @@
+//! Request extractors: JSON bodies and query strings with the contract's 422s, and the two
+//! credentials. A bad credential never passes as anonymous.
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{header, request::Parts, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use app::core::error::{AppError, FieldError};
+use app::core::keys::{self, KeyOwner};
+use app::core::state::AppState;
+use app::core::validate::Fields;
+
+/// A JSON object body; anything else is 422 (413 over the body limit).
+pub struct JsonFields(pub Fields);
+
+async fn read_body(req: Request, state: &AppState) -> Result<Bytes, AppError> {
+    Bytes::from_request(req, state).await.map_err(|e| if e.status() == StatusCode::PAYLOAD_TOO_LARGE { AppError::PayloadTooLarge } else { AppError::BadRequest("Could not read the request body".into()) })
+}
+
+fn content_type(req: &Request) -> String {
+    req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
+}
+
+impl FromRequest<AppState> for JsonFields {
+    type Rejection = AppError;
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, AppError> {
+        let ct = content_type(&req);
+        let is_json = ct.starts_with("application/json") || (ct.starts_with("application/") && ct.contains("+json"));
+        let body = read_body(req, state).await?;
+        if !is_json {
+            return Err(AppError::validation(
+                FieldError::new(&["body"], "model_attributes_type", "Input should be a valid dictionary or object to extract fields from (send Content-Type: application/json)")
+                    .input(serde_json::Value::String(String::from_utf8_lossy(&body).chars().take(200).collect())),
+            ));
+        }
+        Fields::from_json_body(&body).map(JsonFields)
+    }
+}
+
+/// An `application/x-www-form-urlencoded` body; any other content type is 422.
+pub struct FormFields(pub Fields);
+
+impl FromRequest<AppState> for FormFields {
+    type Rejection = AppError;
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, AppError> {
+        let ct = content_type(&req);
+        let body = read_body(req, state).await?;
+        if !ct.starts_with("application/x-www-form-urlencoded") {
+            return Err(AppError::validation(FieldError::new(&["body"], "model_attributes_type", "Send the login form as application/x-www-form-urlencoded")));
+        }
+        Ok(FormFields(Fields::from_form(&body)))
+    }
+}
+
+/// The query string, read field by field.
+pub struct QueryFields(pub Fields);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryFields {
+    type Rejection = AppError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, AppError> {
+        Ok(QueryFields(Fields::from_query(parts.uri.query())))
+    }
+}
+
+/// A valid `X-API-Key`: the account (and machine) it acts for. Rate-limited and counted.
+pub struct ApiKeyAuth(pub KeyOwner);
+
+impl FromRequestParts<AppState> for ApiKeyAuth {
+    type Rejection = AppError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        let Some(value) = parts.headers.get("x-api-key") else {
+            return Err(AppError::Unauthorized("Missing API key: send it in the X-API-Key header".into()));
+        };
+        let secret = value.to_str().map_err(|_| AppError::Unauthorized("Invalid API key".into()))?.trim();
+        let owner = keys::authenticate(&state.pool, secret).await?.ok_or_else(|| AppError::Unauthorized("Invalid API key".into()))?;
+        state.limiter.hit(&format!("api:{}", owner.key_id), state.settings.limits.api_per_minute, std::time::Duration::from_secs(60))?;
+        state.usage.record(owner.key_id);
+        Ok(ApiKeyAuth(owner))
+    }
+}
+
+/// A valid bearer token of an existing user.
+pub struct BearerAuth(pub i64);
+
+/// A 401 with `WWW-Authenticate: Bearer`, as OAuth2 bearer routes answer.
+pub fn bearer_unauthorized(message: &str) -> Response {
+    let mut response = AppError::Unauthorized(message.into()).into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+impl FromRequestParts<AppState> for BearerAuth {
+    type Rejection = Response;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .ok_or_else(|| bearer_unauthorized("Not authenticated"))?;
+        let user_id = app::core::crypto::verify_token(&state.settings.jwt_secret, token.trim()).ok_or_else(|| bearer_unauthorized("Could not validate credentials"))?;
+        match app::core::accounts::find(&state.pool, user_id).await {
+            Ok(Some(_)) => Ok(BearerAuth(user_id)),
+            Ok(None) => Err(bearer_unauthorized("Could not validate credentials")),
+            Err(e) => Err(e.into_response()),
+        }
+    }
+}
+
+/// The client's address, for per-address limits.
+pub fn client_ip(parts_addr: Option<std::net::SocketAddr>) -> String {
+    parts_addr.map(|a| a.ip().to_string()).unwrap_or_else(|| "unknown".into())
+}

@@ -1,0 +1,98 @@
+//! Configuration from environment variables (each documented in README.md with its default).
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use app::core::state::{LimitSettings, LlmSettings, Settings};
+
+/// Everything the process reads from its environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`.
+    pub database_url: String,
+    /// `ENGRAM_BIND`: address to serve on.
+    pub bind: SocketAddr,
+    /// `ENGRAM_MODEL_DIR`: the all-MiniLM-L6-v2 files.
+    pub model_dir: PathBuf,
+    /// `ENGRAM_SITE_ROOT`: the built portal assets (`pkg/`, CSS).
+    pub site_root: PathBuf,
+    /// `ENGRAM_WORKER_CONCURRENCY`: jobs one worker process runs at once.
+    pub worker_concurrency: usize,
+    /// `ENGRAM_FAILPOINT_INGEST_DELAY_MS` (development mode only): a pause inside every job.
+    pub failpoint_ingest_delay_ms: u64,
+    /// `ENGRAM_WORKER_HEARTBEAT_SECS`: how often workers report; a job of a worker silent for
+    /// two beats is handed to another.
+    pub heartbeat_secs: u64,
+    /// The settings the domain reads.
+    pub settings: Settings,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match var(name) {
+        Some(v) => v.parse().map_err(|e| anyhow::anyhow!("{name}={v:?} is not valid: {e}")),
+        None => Ok(default),
+    }
+}
+
+impl Config {
+    pub fn from_env() -> anyhow::Result<Self> {
+        let mode = var("ENGRAM_MODE").unwrap_or_else(|| "development".into());
+        let production = match mode.as_str() {
+            "production" => true,
+            "development" => false,
+            other => bail!("ENGRAM_MODE must be `development` or `production`, not {other:?}"),
+        };
+        let jwt_secret = match var("ENGRAM_JWT_SECRET") {
+            Some(s) if s.len() >= 32 => s.into_bytes(),
+            Some(_) if production => bail!("ENGRAM_JWT_SECRET is shorter than 32 bytes: set a long random secret (e.g. `openssl rand -hex 32`) for production mode"),
+            None if production => bail!("ENGRAM_JWT_SECRET is not set: production mode needs a random secret of at least 32 bytes (e.g. `openssl rand -hex 32`)"),
+            Some(s) => s.into_bytes(),
+            None => b"engram-development-secret-not-for-production".to_vec(),
+        };
+        let bind: SocketAddr = parse("ENGRAM_BIND", "127.0.0.1:3000".parse()?)?;
+        let llm = match (var("ENGRAM_LLM_BASE_URL"), var("ENGRAM_LLM_API_KEY"), var("ENGRAM_LLM_MODEL")) {
+            (Some(base_url), api_key, model) => Some(LlmSettings { base_url, api_key: api_key.unwrap_or_default(), model: model.unwrap_or_else(|| "gpt-4o-mini".into()) }),
+            _ => None,
+        };
+        let settings = Settings {
+            production,
+            jwt_secret,
+            jwt_ttl_secs: parse("ENGRAM_JWT_TTL_SECS", 24 * 3600)?,
+            public_url: var("ENGRAM_PUBLIC_URL").unwrap_or_else(|| format!("http://{bind}")),
+            limits: LimitSettings {
+                login_per_minute: parse("ENGRAM_RATE_LOGIN_PER_MIN", 10)?,
+                register_per_hour: parse("ENGRAM_RATE_REGISTER_PER_HOUR", 30)?,
+                auto_register_per_hour: parse("ENGRAM_RATE_AUTO_REGISTER_PER_HOUR", 30)?,
+                api_per_minute: parse("ENGRAM_RATE_API_PER_MIN", 600)?,
+            },
+            smtp_url: var("ENGRAM_SMTP_URL"),
+            mail_from: var("ENGRAM_MAIL_FROM").unwrap_or_else(|| "Engram <noreply@engram.local>".into()),
+            llm,
+            claim_ttl_secs: 15 * 60,
+        };
+        Ok(Self {
+            database_url: var("DATABASE_URL").unwrap_or_else(|| "postgres://engram:engram@127.0.0.1:5432/engram".into()),
+            bind,
+            model_dir: var("ENGRAM_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| "models/all-MiniLM-L6-v2".into()),
+            site_root: var("ENGRAM_SITE_ROOT").map(PathBuf::from).unwrap_or_else(|| "target/site".into()),
+            worker_concurrency: parse("ENGRAM_WORKER_CONCURRENCY", 16)?,
+            failpoint_ingest_delay_ms: if production { 0 } else { parse("ENGRAM_FAILPOINT_INGEST_DELAY_MS", 0)? },
+            heartbeat_secs: parse("ENGRAM_WORKER_HEARTBEAT_SECS", 10)?,
+            settings,
+        })
+        .and_then(|c: Config| {
+            if c.worker_concurrency == 0 {
+                bail!("ENGRAM_WORKER_CONCURRENCY must be at least 1");
+            }
+            Ok(c)
+        })
+        .context("reading configuration")
+    }
+}

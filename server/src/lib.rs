@@ -1,0 +1,94 @@
+//! # Layout
+//! The Engram server: one binary (`engram`) with subcommands.
+//! - `config`: settings from the environment;
+//! - `api`: the JSON API under `/api`;
+//! - `portal`: the Leptos portal (SSR + hydration), its sessions and cross-site protection;
+//! - `sessions`: the PostgreSQL session store;
+//! - `worker`: the apalis ingestion worker;
+//! - `telemetry`: logs, one line per request;
+//! - `bench`: the benchmark and evaluation commands.
+pub mod api;
+pub mod bench;
+pub mod config;
+pub mod portal;
+pub mod sessions;
+pub mod telemetry;
+pub mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::Router;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use app::core::embed::EmbedderHandle;
+use app::core::ingest::{IngestContext, IngestOptions};
+use app::core::state::{AppState, Settings};
+
+/// Our migrations (apalis keeps its own in schema `apalis`).
+pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+
+/// Request bodies above this are 413.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// A pool that fails fast when the database is unreachable, so requests answer 503 quickly.
+pub fn pool_options() -> PgPoolOptions {
+    PgPoolOptions::new().max_connections(20).acquire_timeout(Duration::from_secs(3))
+}
+
+pub async fn connect(url: &str) -> anyhow::Result<PgPool> {
+    Ok(pool_options().connect(url).await?)
+}
+
+/// Applies the queue's and our migrations.
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    apalis_postgres::PostgresStorage::setup(pool).await.map_err(|e| anyhow::anyhow!("apalis migrations: {e}"))?;
+    MIGRATOR.run(pool).await?;
+    Ok(())
+}
+
+/// The state shared by the API and the portal.
+pub fn build_state(pool: PgPool, settings: Settings, embedder: EmbedderHandle, site_root: &str) -> AppState {
+    // rustls needs one process-wide crypto provider (ring, as sqlx uses); a second install is a no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    AppState {
+        pool,
+        settings: Arc::new(settings),
+        limiter: Default::default(),
+        usage: Default::default(),
+        embedder,
+        leptos_options: portal::leptos_options(site_root),
+        http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("building the HTTP client"),
+    }
+}
+
+/// The ingestion context of a worker in this process.
+pub fn ingest_context(state: &AppState, options: IngestOptions) -> Arc<IngestContext> {
+    IngestContext::new(state.pool.clone(), state.embedder.clone(), state.http.clone(), state.settings.llm.clone(), options)
+}
+
+/// The whole HTTP application: API and portal on one router.
+pub fn router(state: AppState) -> Router {
+    let api = api::router().layer(DefaultBodyLimit::max(BODY_LIMIT));
+    portal::router(&state).merge(api).layer(axum::middleware::from_fn(telemetry::log_request)).with_state(state)
+}
+
+/// Writes batched API-call counts and removes expired sessions, every few seconds.
+pub fn spawn_housekeeping(state: AppState, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = 0u64;
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = state.usage.flush(&state.pool).await {
+                tracing::warn!(error = %e, "flushing API usage failed, kept for the next try");
+            }
+            ticks += 1;
+            if ticks % 600 == 0 {
+                let _ = sessions::delete_expired(&state.pool).await;
+            }
+        }
+    })
+}

@@ -1,0 +1,119 @@
+//! `engram`: the Engram server.
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use app::core::embed::EmbedderHandle;
+use app::core::ingest::IngestOptions;
+use server::config::Config;
+
+#[derive(Parser)]
+#[command(name = "engram", about = "Engram: a self-hostable memory store for AI applications")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API and the portal, with workers (the default).
+    Serve {
+        /// Run no ingestion worker in this process (run `engram worker` elsewhere).
+        #[arg(long)]
+        no_worker: bool,
+    },
+    /// Run ingestion workers only.
+    Worker,
+    /// Apply the database migrations (or revert ours with --down).
+    Migrate {
+        #[arg(long)]
+        down: bool,
+    },
+    /// Benchmarks: print measured figures.
+    Bench {
+        #[command(subcommand)]
+        which: server::bench::Bench,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    server::telemetry::init("info");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let config = match Config::from_env() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("engram: {e:#}");
+                std::process::exit(2);
+            }
+        };
+        match cli.command.unwrap_or(Command::Serve { no_worker: false }) {
+            Command::Serve { no_worker } => serve(config, !no_worker).await,
+            Command::Worker => worker(config).await,
+            Command::Migrate { down } => {
+                let pool = server::connect(&config.database_url).await?;
+                if down {
+                    server::MIGRATOR.undo(&pool, 0).await?;
+                    println!("migrations reverted");
+                } else {
+                    server::migrate(&pool).await?;
+                    println!("migrations applied");
+                }
+                Ok(())
+            }
+            Command::Bench { which } => server::bench::run(config, which).await,
+        }
+    })
+}
+
+fn ingest_options(config: &Config) -> IngestOptions {
+    IngestOptions { delay_after_start: Duration::from_millis(config.failpoint_ingest_delay_ms), ..IngestOptions::default() }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term.recv() => {},
+    }
+}
+
+async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
+    let pool = server::connect(&config.database_url).await.map_err(|e| anyhow::anyhow!("cannot reach PostgreSQL at DATABASE_URL: {e}"))?;
+    server::migrate(&pool).await?;
+    let embedder = EmbedderHandle::new(&config.model_dir);
+    let state = server::build_state(pool.clone(), config.settings.clone(), embedder, &config.site_root.to_string_lossy());
+    server::spawn_housekeeping(state.clone(), Duration::from_secs(5));
+    if with_worker {
+        let ctx = server::ingest_context(&state, ingest_options(&config));
+        let (concurrency, heartbeat) = (config.worker_concurrency, Duration::from_secs(config.heartbeat_secs));
+        tokio::spawn(async move {
+            if let Err(e) = ctx.warm_up().await {
+                tracing::error!(error = %format!("{e:#}"), "the embedding model could not be loaded");
+            }
+            if let Err(e) = server::worker::run(pool, ctx, concurrency, heartbeat, shutdown_signal()).await {
+                tracing::error!(error = %format!("{e:#}"), "worker stopped");
+            }
+        });
+    }
+    let listener = tokio::net::TcpListener::bind(config.bind).await.map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tracing::info!(%url, "Engram is serving the portal and the API");
+    println!("Engram is running on {url} (portal at /, API under /api)");
+    axum::serve(listener, server::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    Ok(())
+}
+
+async fn worker(config: Config) -> anyhow::Result<()> {
+    let pool = server::connect(&config.database_url).await?;
+    server::migrate(&pool).await?;
+    let embedder = EmbedderHandle::new(&config.model_dir);
+    let state = server::build_state(pool.clone(), config.settings.clone(), embedder, &config.site_root.to_string_lossy());
+    let ctx = server::ingest_context(&state, ingest_options(&config));
+    ctx.warm_up().await?;
+    server::worker::run(pool, ctx, config.worker_concurrency, Duration::from_secs(config.heartbeat_secs), shutdown_signal()).await
+}
