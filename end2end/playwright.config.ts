@@ -16,5 +16,6 @@ export default defineConfig({
              '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     },
     trace: 'off',
+    testIdAttribute: 'data-test-id',
   },
 });

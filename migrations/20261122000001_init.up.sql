@@ -124,10 +124,11 @@ create table dev_mailbox (
     created_at timestamptz not null default now()
 );
 
--- Portal sessions (tower-sessions records as JSON).
+-- Portal sessions: tower-sessions records as JSON text (bytes: the record's id is an i128,
+-- which a jsonb number cannot hold exactly).
 create table sessions (
     id text primary key,
-    data jsonb not null,
+    data bytea not null,
     expiry_date timestamptz not null
 );
 create index sessions_expiry_idx on sessions (expiry_date);

@@ -28,7 +28,7 @@ fn expiry(record: &Record) -> chrono::DateTime<chrono::Utc> {
 impl SessionStore for PgSessionStore {
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
         loop {
-            let data = serde_json::to_value(&*record).map_err(backend)?;
+            let data = serde_json::to_vec(&*record).map_err(backend)?;
             let inserted = sqlx::query("insert into sessions (id, data, expiry_date) values ($1, $2, $3) on conflict (id) do nothing")
                 .bind(record.id.to_string())
                 .bind(data)
@@ -44,7 +44,7 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {
-        let data = serde_json::to_value(record).map_err(backend)?;
+        let data = serde_json::to_vec(record).map_err(backend)?;
         sqlx::query("insert into sessions (id, data, expiry_date) values ($1, $2, $3) on conflict (id) do update set data = excluded.data, expiry_date = excluded.expiry_date")
             .bind(record.id.to_string())
             .bind(data)
@@ -56,12 +56,12 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        let data: Option<serde_json::Value> = sqlx::query_scalar("select data from sessions where id = $1 and expiry_date > now()")
+        let data: Option<Vec<u8>> = sqlx::query_scalar("select data from sessions where id = $1 and expiry_date > now()")
             .bind(id.to_string())
             .fetch_optional(&self.pool)
             .await
             .map_err(backend)?;
-        data.map(|d| serde_json::from_value(d).map_err(backend)).transpose()
+        data.map(|d| serde_json::from_slice(&d).map_err(backend)).transpose()
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
