@@ -24,7 +24,8 @@ cargo nextest run -p server -p app --features app/ssr --no-fail-fast
 
 echo "== Browser tests"
 bash scripts/build-site.sh
-port=${ENGRAM_E2E_PORT:-3100}
+# A free port, so a server left running elsewhere is never mistaken for ours.
+port=${ENGRAM_E2E_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 db=engram_e2e
 psql "$admin_url" -qc "drop database if exists $db with (force)" -c "create database $db" >/dev/null
 log=$CARGO_TARGET_DIR/e2e-server.log
@@ -38,5 +39,5 @@ for _ in $(seq 120); do
   kill -0 $server_pid 2>/dev/null || { cat "$log"; exit 1; }
   sleep 0.5
 done
-curl -fs "http://127.0.0.1:$port/api/ready" >/dev/null || { echo "server did not become ready"; tail -50 "$log"; exit 1; }
+curl -fs "http://127.0.0.1:$port/api/ready" >/dev/null && kill -0 $server_pid 2>/dev/null || { echo "server did not become ready"; tail -50 "$log"; exit 1; }
 (cd end2end && ENGRAM_BASE_URL=http://127.0.0.1:$port npx playwright test) || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }

@@ -1,25 +1,780 @@
-//! Benchmark commands: each prints the figures it measured on this machine.
+//! Benchmark commands: each builds a fresh bench database, runs the real server (router, worker,
+//! model) in this process, and prints the figures it measured on this machine.
+//!
+//! - `bench classifier`: held-out accuracy of the local classifier;
+//! - `bench ingest`: POST → completed throughput, acknowledgement and idle latencies, against the
+//!   embedder's own batched rate;
+//! - `bench locomo --data FILE`: turn-level retrieval recall on LoCoMo;
+//! - `bench search`: search latency over HTTP at 10,000 and 100,000 memories in one account.
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use clap::Subcommand;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::config::Config;
+use app::core::embed::EmbedderHandle;
+use app::core::ingest::IngestOptions;
+use app::core::search::{self, Weights};
+use app::core::state::AppState;
 
 #[derive(Subcommand, Debug)]
 pub enum Bench {
     /// Held-out accuracy of the local classifier.
     Classifier,
+    /// Ingestion: throughput, acknowledgement latency, idle end-to-end latency.
+    Ingest {
+        /// Batch sizes to ingest.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        counts: Vec<usize>,
+        /// Concurrent HTTP clients posting memories.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+    },
+    /// Retrieval quality on LoCoMo conversations.
+    Locomo {
+        #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
+        data: PathBuf,
+    },
+    /// Search latency over HTTP at several account sizes.
+    Search {
+        #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+        sizes: Vec<usize>,
+        /// Queries measured per size.
+        #[arg(long, default_value_t = 300)]
+        queries: usize,
+        /// LoCoMo file whose turns and questions make the corpus and the queries.
+        #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
+        data: PathBuf,
+    },
 }
 
 pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
-    let embedder = app::core::embed::EmbedderHandle::new(&config.model_dir);
     match which {
         Bench::Classifier => {
-            let (correct, total, confusion) = app::core::classify::held_out_accuracy(&embedder).await?;
-            println!("classifier held-out accuracy: {correct}/{total} = {:.1} %", 100.0 * correct as f64 / total as f64);
-            println!("confusion (rows: true sector, columns: predicted) {:?}", app::core::classify::SECTORS);
+            let embedder = EmbedderHandle::new(&config.model_dir);
+            let (correct, total, confusion) =
+                app::core::classify::held_out_accuracy(&embedder).await?;
+            println!(
+                "classifier held-out accuracy: {correct}/{total} = {:.1} %",
+                100.0 * correct as f64 / total as f64
+            );
+            println!(
+                "confusion (rows: true sector, columns: predicted {:?})",
+                app::core::classify::SECTORS
+            );
             for (i, row) in confusion.iter().enumerate() {
                 println!("  {:<11} {:?}", app::core::classify::SECTORS[i], row);
             }
             Ok(())
         }
+        Bench::Ingest { counts, clients } => ingest(config, &counts, clients).await,
+        Bench::Locomo { data } => locomo(config, &data).await,
+        Bench::Search {
+            sizes,
+            queries,
+            data,
+        } => search_latency(config, &sizes, queries, &data).await,
     }
+}
+
+/// A running server on a fresh bench database.
+struct Harness {
+    base: String,
+    state: AppState,
+    http: reqwest::Client,
+}
+
+async fn harness(config: &Config, with_worker: bool) -> anyhow::Result<Harness> {
+    let admin = replace_db(&config.database_url, "postgres");
+    let mut conn = PgConnection::connect(&admin).await?;
+    sqlx::query("drop database if exists engram_bench with (force)")
+        .execute(&mut conn)
+        .await?;
+    sqlx::query("create database engram_bench")
+        .execute(&mut conn)
+        .await?;
+    let url = replace_db(&config.database_url, "engram_bench");
+    let pool = crate::pool_options()
+        .max_connections(40)
+        .connect(&url)
+        .await?;
+    crate::migrate(&pool).await?;
+    let mut settings = config.settings.clone();
+    settings.limits.api_per_minute = u32::MAX;
+    settings.limits.register_per_hour = u32::MAX;
+    let state = crate::build_state(
+        pool.clone(),
+        settings,
+        EmbedderHandle::new(&config.model_dir),
+        &config.site_root.to_string_lossy(),
+    );
+    let ctx = crate::ingest_context(&state, IngestOptions::default());
+    ctx.warm_up().await?;
+    if with_worker {
+        let concurrency = config.worker_concurrency;
+        tokio::spawn(async move {
+            if let Err(e) = crate::worker::run(
+                pool,
+                ctx,
+                concurrency,
+                Duration::from_secs(10),
+                std::future::pending(),
+            )
+            .await
+            {
+                eprintln!("worker stopped: {e:#}");
+            }
+        });
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let router = crate::router(state.clone());
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
+    Ok(Harness { base, state, http })
+}
+
+fn replace_db(url: &str, db: &str) -> String {
+    let (base, rest) = url.rsplit_once('/').unwrap_or((url, ""));
+    let query = rest
+        .split_once('?')
+        .map(|(_, q)| format!("?{q}"))
+        .unwrap_or_default();
+    format!("{base}/{db}{query}")
+}
+
+impl Harness {
+    /// A new account with an API key: (user id, key).
+    async fn account(&self, email: &str) -> anyhow::Result<(i64, String)> {
+        let user = app::core::accounts::register(&self.state.pool, email, "bench-password")
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let key = app::core::keys::create(&self.state.pool, user.id, None, "bench")
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok((user.id, key.key))
+    }
+
+    async fn post(&self, key: &str, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("x-api-key", key)
+            .json(body)
+            .send()
+            .await?;
+        let status = r.status();
+        let v: Value = r.json().await?;
+        anyhow::ensure!(status.is_success(), "{path}: {status} {v}");
+        Ok(v)
+    }
+
+    async fn completed(&self, user_id: i64) -> anyhow::Result<(i64, i64)> {
+        Ok(sqlx::query_as("select count(*) filter (where status = 'completed'), count(*) filter (where status = 'failed') from tasks where user_id = $1")
+            .bind(user_id)
+            .fetch_one(&self.state.pool)
+            .await?)
+    }
+
+    async fn wait_all(&self, user_id: i64, n: usize) -> anyhow::Result<()> {
+        loop {
+            let (done, failed) = self.completed(user_id).await?;
+            anyhow::ensure!(failed == 0, "{failed} tasks failed");
+            if done as usize >= n {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+/// Varied memory-like sentences (12 to 30 words), deterministic.
+fn synthetic_texts(n: usize, seed: u64) -> Vec<String> {
+    const NAMES: [&str; 12] = [
+        "Maria", "Sam", "Priya", "Jonas", "Aiko", "Liam", "Fatima", "Chen", "Olga", "Diego",
+        "Nora", "Kwame",
+    ];
+    const PLACES: [&str; 10] = [
+        "Lisbon",
+        "the office",
+        "the gym",
+        "Osaka",
+        "the cabin",
+        "Berlin",
+        "the clinic",
+        "the market",
+        "Nairobi",
+        "the lake",
+    ];
+    const TEMPLATES: [&str; 8] = [
+        "Yesterday {n} and I went to {p} and talked for {k} minutes about the new project plan and the deadline.",
+        "{n} prefers oat milk in coffee and hates loud music while working at {p}.",
+        "To restart the ingestion service, run make deploy, wait {k} seconds, then check the dashboard at {p}.",
+        "{n} is allergic to peanuts and carries an EpiPen everywhere, including {p}.",
+        "Looking back, moving the team meeting to {p} on Fridays made everyone calmer and more focused.",
+        "The invoice number {k} for {n} was paid late because the bank in {p} was closed.",
+        "I felt nervous before presenting to {n}'s board at {p}, but it went well after {k} minutes.",
+        "Remember that {n} wants the quarterly report by the {k}th and reviews it at {p}.",
+    ];
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|i| {
+            let t = TEMPLATES[rng.random_range(0..TEMPLATES.len())];
+            let s = t
+                .replace("{n}", NAMES[rng.random_range(0..NAMES.len())])
+                .replace("{p}", PLACES[rng.random_range(0..PLACES.len())])
+                .replace("{k}", &rng.random_range(2..99).to_string());
+            format!("{s} (note {i})")
+        })
+        .collect()
+}
+
+async fn ingest(config: Config, counts: &[usize], clients: usize) -> anyhow::Result<()> {
+    let h = harness(&config, true).await?;
+    println!("# bench ingest (2 cores; one process: HTTP + apalis worker + embedder; worker concurrency {})", config.worker_concurrency);
+
+    // The embedder's own batched rate, measured in the same run.
+    let texts = synthetic_texts(768, 1);
+    h.state.embedder.embed_many(&texts[..32]).await?;
+    let start = Instant::now();
+    h.state.embedder.embed_many(&texts).await?;
+    let embed_rate = texts.len() as f64 / start.elapsed().as_secs_f64();
+    println!(
+        "embedder alone (batches of up to {}): {:.1} texts/s",
+        app::core::embed::MAX_BATCH,
+        embed_rate
+    );
+
+    for (round, &n) in counts.iter().enumerate() {
+        let (user, key) = h.account(&format!("ingest{round}@bench.local")).await?;
+        let texts = Arc::new(synthetic_texts(n, 100 + round as u64));
+        let next = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        let mut handles = vec![];
+        for _ in 0..clients {
+            let (texts, next, http, base, key) = (
+                texts.clone(),
+                next.clone(),
+                h.http.clone(),
+                h.base.clone(),
+                key.clone(),
+            );
+            handles.push(tokio::spawn(async move {
+                let mut latencies = vec![];
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= texts.len() {
+                        return Ok::<_, anyhow::Error>(latencies);
+                    }
+                    let t = Instant::now();
+                    let r = http
+                        .post(format!("{base}/api/v1/memories"))
+                        .header("x-api-key", &key)
+                        .json(&json!({"content": texts[i]}))
+                        .send()
+                        .await?;
+                    anyhow::ensure!(r.status().is_success(), "POST {}", r.status());
+                    r.bytes().await?;
+                    latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }));
+        }
+        let mut acks = vec![];
+        for handle in handles {
+            acks.extend(handle.await??);
+        }
+        let posted = start.elapsed().as_secs_f64();
+        h.wait_all(user, n).await?;
+        let elapsed = start.elapsed().as_secs_f64();
+        let acks = sorted(acks);
+        let rate = n as f64 / elapsed;
+        println!(
+            "ingest {n:>6} memories, {clients} clients: {rate:.1} memories/s end to end ({elapsed:.1} s; all POSTs answered in {posted:.1} s); \
+             ack p50 {:.2} ms p95 {:.2} ms p99 {:.2} ms; ingestion / embedder = {:.0} %",
+            percentile(&acks, 50.0),
+            percentile(&acks, 95.0),
+            percentile(&acks, 99.0),
+            100.0 * rate / embed_rate
+        );
+    }
+
+    // Idle: one memory at a time, POST → completed as a client polling the task sees it.
+    let (_, key) = h.account("idle@bench.local").await?;
+    let texts = synthetic_texts(40, 7);
+    let mut e2e = vec![];
+    for text in &texts {
+        let t = Instant::now();
+        let v = h
+            .post(&key, "/api/v1/memories", &json!({"content": text}))
+            .await?;
+        let task = v["task_id"].as_str().unwrap_or_default().to_string();
+        loop {
+            let r: Value = h
+                .http
+                .get(format!("{}/api/v1/tasks/{task}", h.base))
+                .header("x-api-key", &key)
+                .send()
+                .await?
+                .json()
+                .await?;
+            if r["data"]["status"] == "completed" {
+                break;
+            }
+            anyhow::ensure!(r["data"]["status"] != "failed", "task failed: {r}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        e2e.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let e2e = sorted(e2e);
+    println!("idle POST → completed ({} memories, one at a time, polling every 2 ms): p50 {:.1} ms, p95 {:.1} ms", e2e.len(), percentile(&e2e, 50.0), percentile(&e2e, 95.0));
+    Ok(())
+}
+
+/// One LoCoMo conversation: its turns and its answerable questions.
+struct Conversation {
+    id: String,
+    turns: Vec<(String, String, i64, String)>, // (dia_id, content, session, date)
+    questions: Vec<(String, i64, Vec<String>)>, // (question, category, evidence)
+}
+
+fn load_locomo(path: &PathBuf) -> anyhow::Result<Vec<Conversation>> {
+    let raw: Value = serde_json::from_str(
+        &std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?,
+    )?;
+    let mut out = vec![];
+    for sample in raw
+        .as_array()
+        .ok_or_else(|| anyhow::anyhow!("LoCoMo file is not a list"))?
+    {
+        let conv = &sample["conversation"];
+        let mut turns = vec![];
+        for session in 1..100 {
+            let Some(list) = conv
+                .get(format!("session_{session}"))
+                .and_then(|v| v.as_array())
+            else {
+                continue;
+            };
+            let date = conv
+                .get(format!("session_{session}_date_time"))
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string();
+            for turn in list {
+                let (Some(speaker), Some(text), Some(dia)) = (
+                    turn["speaker"].as_str(),
+                    turn["text"].as_str(),
+                    turn["dia_id"].as_str(),
+                ) else {
+                    continue;
+                };
+                turns.push((
+                    dia.trim().to_string(),
+                    format!("{speaker}: {text}"),
+                    session,
+                    date.clone(),
+                ));
+            }
+        }
+        let known: HashSet<&str> = turns.iter().map(|t| t.0.as_str()).collect();
+        let mut questions = vec![];
+        for qa in sample["qa"].as_array().into_iter().flatten() {
+            let category = qa["category"].as_i64().unwrap_or(0);
+            if !(1..=4).contains(&category) {
+                continue;
+            }
+            // Normalise evidence: split joined ids, trim, keep those that exist.
+            let evidence: Vec<String> = qa["evidence"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.as_str())
+                .flat_map(|e| {
+                    e.split([',', ';', ' '])
+                        .map(|s| s.trim().to_string())
+                        .collect::<Vec<_>>()
+                })
+                .filter(|e| known.contains(e.as_str()))
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            if evidence.is_empty() {
+                continue;
+            }
+            let Some(question) = qa["question"].as_str() else {
+                continue;
+            };
+            questions.push((question.to_string(), category, evidence));
+        }
+        out.push(Conversation {
+            id: sample["sample_id"].as_str().unwrap_or("conv").to_string(),
+            turns,
+            questions,
+        });
+    }
+    Ok(out)
+}
+
+#[derive(Default, Clone)]
+struct Scores {
+    n: usize,
+    recall: [f64; 4], // @1, @5, @10, @20
+    hit10: f64,
+    all10: f64,
+    mrr: f64,
+}
+
+impl Scores {
+    fn add(&mut self, ranked: &[String], evidence: &[String]) {
+        self.n += 1;
+        let ev: HashSet<&String> = evidence.iter().collect();
+        for (i, k) in [1usize, 5, 10, 20].iter().enumerate() {
+            let found = ranked
+                .iter()
+                .take(*k)
+                .filter(|d| ev.contains(d))
+                .collect::<HashSet<_>>()
+                .len();
+            self.recall[i] += found as f64 / ev.len() as f64;
+        }
+        let top10: HashSet<&String> = ranked.iter().take(10).collect();
+        self.hit10 += ev.iter().any(|e| top10.contains(e)) as u8 as f64;
+        self.all10 += ev.iter().all(|e| top10.contains(e)) as u8 as f64;
+        if let Some(pos) = ranked.iter().position(|d| ev.contains(d)) {
+            self.mrr += 1.0 / (pos + 1) as f64;
+        }
+    }
+    fn row(&self, name: &str) -> String {
+        let n = self.n.max(1) as f64;
+        format!(
+            "| {name:<12} | {:>5} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            self.n,
+            self.recall[0] / n,
+            self.recall[1] / n,
+            self.recall[2] / n,
+            self.recall[3] / n,
+            self.hit10 / n,
+            self.all10 / n,
+            self.mrr / n
+        )
+    }
+}
+
+async fn locomo(config: Config, data: &PathBuf) -> anyhow::Result<()> {
+    let conversations = load_locomo(data)?;
+    let h = harness(&config, true).await?;
+    let (user, key) = h.account("locomo@bench.local").await?;
+    println!(
+        "# bench locomo: {} ({} conversations)",
+        data.display(),
+        conversations.len()
+    );
+    let start = Instant::now();
+    let mut total_turns = 0;
+    for conv in &conversations {
+        h.post(
+            &key,
+            "/api/v1/projects",
+            &json!({"name": format!("locomo-{}", conv.id)}),
+        )
+        .await?;
+        let payloads: Vec<Value> = conv
+            .turns
+            .iter()
+            .map(|(dia, content, session, date)| json!({"content": content, "project_id": format!("locomo-{}", conv.id), "metadata": {"dia_id": dia, "session": session, "event_time": date}}))
+            .collect();
+        total_turns += payloads.len();
+        // 16 concurrent posters per conversation.
+        let chunks: Vec<Vec<Value>> = payloads
+            .chunks(payloads.len().div_ceil(16).max(1))
+            .map(|c| c.to_vec())
+            .collect();
+        let mut handles = vec![];
+        for chunk in chunks {
+            let (http, base, key) = (h.http.clone(), h.base.clone(), key.clone());
+            handles.push(tokio::spawn(async move {
+                for p in chunk {
+                    let r = http
+                        .post(format!("{base}/api/v1/memories"))
+                        .header("x-api-key", &key)
+                        .json(&p)
+                        .send()
+                        .await?;
+                    anyhow::ensure!(r.status().is_success(), "POST {}", r.status());
+                }
+                Ok::<_, anyhow::Error>(())
+            }));
+        }
+        for handle in handles {
+            handle.await??;
+        }
+    }
+    h.wait_all(user, total_turns).await?;
+    println!(
+        "ingested {total_turns} turns through the API in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+
+    // The fused search over HTTP, as clients use it.
+    let mut by_category: HashMap<i64, Scores> = HashMap::new();
+    let mut overall = Scores::default();
+    let mut latencies = vec![];
+    // Each part alone and the fusion, through the same code path (no HTTP), for comparison.
+    let variants = [
+        (
+            "vector only",
+            Weights {
+                vector: 1.0,
+                keyword: 0.0,
+                importance: 0.0,
+            },
+        ),
+        (
+            "keyword only",
+            Weights {
+                vector: 0.0,
+                keyword: 1.0,
+                importance: 0.0,
+            },
+        ),
+        ("fused", Weights::default()),
+    ];
+    let mut variant_scores = vec![Scores::default(); variants.len()];
+    for conv in &conversations {
+        let project = format!("locomo-{}", conv.id);
+        for (question, category, evidence) in &conv.questions {
+            let t = Instant::now();
+            let v = h
+                .post(
+                    &key,
+                    "/api/v1/memories/search",
+                    &json!({"query": question, "project_id": project, "limit": 20}),
+                )
+                .await?;
+            latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            let ranked: Vec<String> = v["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|hit| hit["metadata"]["dia_id"].as_str().map(str::to_string))
+                .collect();
+            by_category
+                .entry(*category)
+                .or_default()
+                .add(&ranked, evidence);
+            overall.add(&ranked, evidence);
+            for (i, (_, w)) in variants.iter().enumerate() {
+                let (hits, _) = search::search_with(
+                    &h.state.pool,
+                    &h.state.embedder,
+                    user,
+                    Some(&project),
+                    question,
+                    20,
+                    *w,
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let ranked: Vec<String> = hits
+                    .iter()
+                    .filter_map(|hit| hit.metadata["dia_id"].as_str().map(str::to_string))
+                    .collect();
+                variant_scores[i].add(&ranked, evidence);
+            }
+        }
+    }
+    const NAMES: [&str; 5] = ["", "multi-hop", "temporal", "open-domain", "single-hop"];
+    println!(
+        "\n| category     |     n |  R@1  |  R@5  | R@10  | R@20  | hit@10 | all@10 |  MRR  |"
+    );
+    println!("|--------------|-------|-------|-------|-------|-------|--------|--------|-------|");
+    for c in 1..=4 {
+        if let Some(s) = by_category.get(&c) {
+            println!("{}", s.row(&format!("{c} {}", NAMES[c as usize])));
+        }
+    }
+    println!("{}", overall.row("overall"));
+    let latencies = sorted(latencies);
+    println!(
+        "\nsearch latency over HTTP (limit 20): p50 {:.1} ms, p95 {:.1} ms ({} searches)",
+        percentile(&latencies, 50.0),
+        percentile(&latencies, 95.0),
+        latencies.len()
+    );
+    println!("\nparts alone vs fusion (same questions, overall):");
+    println!("| ranking      |     n |  R@1  |  R@5  | R@10  | R@20  | hit@10 | all@10 |  MRR  |");
+    println!("|--------------|-------|-------|-------|-------|-------|--------|--------|-------|");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        println!("{}", variant_scores[i].row(name));
+    }
+    Ok(())
+}
+
+async fn search_latency(
+    config: Config,
+    sizes: &[usize],
+    queries: usize,
+    data: &PathBuf,
+) -> anyhow::Result<()> {
+    let conversations = load_locomo(data)?;
+    let h = harness(&config, false).await?;
+    let (user, key) = h.account("latency@bench.local").await?;
+    let pool: &PgPool = &h.state.pool;
+    // Real embeddings of real turns; larger sizes combine two turns (vector: the normalised sum),
+    // so every row is distinct and the neighbourhoods stay realistic.
+    let base: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|t| t.1.clone()))
+        .collect();
+    let questions: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.questions.iter().map(|q| q.0.clone()))
+        .collect();
+    let start = Instant::now();
+    let vectors = h.state.embedder.embed_many(&base).await?;
+    println!(
+        "# bench search: corpus from {} real turns (embedded in {:.1} s), {} questions as queries",
+        base.len(),
+        start.elapsed().as_secs_f64(),
+        questions.len()
+    );
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut inserted = 0usize;
+    for &size in sizes {
+        sqlx::query("drop index if exists memories_embedding_idx")
+            .execute(pool)
+            .await?;
+        while inserted < size {
+            let n = (size - inserted).min(2000);
+            let (mut contents, mut embeddings) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for _ in 0..n {
+                let (i, j) = (
+                    rng.random_range(0..base.len()),
+                    rng.random_range(0..base.len()),
+                );
+                let (content, v) = if inserted < base.len() {
+                    (
+                        base[inserted % base.len()].clone(),
+                        vectors[inserted % base.len()].clone(),
+                    )
+                } else {
+                    let mut v: Vec<f32> = vectors[i]
+                        .iter()
+                        .zip(&vectors[j])
+                        .map(|(a, b)| a + 0.5 * b)
+                        .collect();
+                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                    v.iter_mut().for_each(|x| *x /= norm);
+                    (format!("{} / {}", base[i], base[j]), v)
+                };
+                contents.push(content);
+                embeddings.push(format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ));
+                inserted += 1;
+            }
+            sqlx::query(
+                "insert into memories (id, user_id, project_id, content, metadata, cognitive_sector, importance_score, embedding, embedding_model)
+                 select gen_random_uuid(), $1, 'default', c, '{}'::jsonb, 'semantic', 0.5, e::vector, 'all-MiniLM-L6-v2'
+                 from unnest($2::text[], $3::text[]) as u(c, e)",
+            )
+            .bind(user)
+            .bind(&contents)
+            .bind(&embeddings)
+            .execute(pool)
+            .await?;
+        }
+        let t = Instant::now();
+        let mut conn = pool.acquire().await?;
+        sqlx::query("set maintenance_work_mem = '256MB'")
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query("create index memories_embedding_idx on memories using hnsw (embedding vector_cosine_ops)").execute(&mut *conn).await?;
+        sqlx::query("analyze memories").execute(&mut *conn).await?;
+        drop(conn);
+        println!(
+            "\n{size} memories in one account (HNSW built in {:.1} s)",
+            t.elapsed().as_secs_f64()
+        );
+
+        for q in questions.iter().take(20) {
+            h.post(&key, "/api/v1/memories/search", &json!({"query": q}))
+                .await?; // warm-up
+        }
+        let mut http_ms = vec![];
+        let (mut embed_ms, mut db_ms, mut direct_ms) = (vec![], vec![], vec![]);
+        for q in questions.iter().cycle().skip(20).take(queries) {
+            let t = Instant::now();
+            h.post(&key, "/api/v1/memories/search", &json!({"query": q}))
+                .await?;
+            http_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        for q in questions.iter().cycle().skip(20 + queries).take(queries) {
+            let t = Instant::now();
+            let (_, timings) = search::search(pool, &h.state.embedder, user, None, q, 10)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            direct_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            embed_ms.push(timings.embed_ms);
+            db_ms.push(timings.db_ms);
+        }
+        let (http_ms, direct_ms) = (sorted(http_ms), sorted(direct_ms));
+        let (embed_sum, db_sum, direct_sum): (f64, f64, f64) = (
+            embed_ms.iter().sum(),
+            db_ms.iter().sum(),
+            direct_ms.iter().sum(),
+        );
+        let (embed_ms, db_ms) = (sorted(embed_ms), sorted(db_ms));
+        println!(
+            "  over HTTP (limit 10, {} queries, one at a time): p50 {:.1} ms, p95 {:.1} ms",
+            http_ms.len(),
+            percentile(&http_ms, 50.0),
+            percentile(&http_ms, 95.0)
+        );
+        println!(
+            "  in process: p50 {:.1} ms, p95 {:.1} ms; embedding the query p50 {:.1} ms ({:.0} % of the time), PostgreSQL p50 {:.1} ms p95 {:.1} ms ({:.0} %)",
+            percentile(&direct_ms, 50.0),
+            percentile(&direct_ms, 95.0),
+            percentile(&embed_ms, 50.0),
+            100.0 * embed_sum / direct_sum,
+            percentile(&db_ms, 50.0),
+            percentile(&db_ms, 95.0),
+            100.0 * db_sum / direct_sum
+        );
+    }
+    Ok(())
 }

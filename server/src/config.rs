@@ -36,7 +36,9 @@ where
     T::Err: std::fmt::Display,
 {
     match var(name) {
-        Some(v) => v.parse().map_err(|e| anyhow::anyhow!("{name}={v:?} is not valid: {e}")),
+        Some(v) => v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}={v:?} is not valid: {e}")),
         None => Ok(default),
     }
 }
@@ -57,8 +59,16 @@ impl Config {
             None => b"engram-development-secret-not-for-production".to_vec(),
         };
         let bind: SocketAddr = parse("ENGRAM_BIND", "127.0.0.1:3000".parse()?)?;
-        let llm = match (var("ENGRAM_LLM_BASE_URL"), var("ENGRAM_LLM_API_KEY"), var("ENGRAM_LLM_MODEL")) {
-            (Some(base_url), api_key, model) => Some(LlmSettings { base_url, api_key: api_key.unwrap_or_default(), model: model.unwrap_or_else(|| "gpt-4o-mini".into()) }),
+        let llm = match (
+            var("ENGRAM_LLM_BASE_URL"),
+            var("ENGRAM_LLM_API_KEY"),
+            var("ENGRAM_LLM_MODEL"),
+        ) {
+            (Some(base_url), api_key, model) => Some(LlmSettings {
+                base_url,
+                api_key: api_key.unwrap_or_default(),
+                model: model.unwrap_or_else(|| "gpt-4o-mini".into()),
+            }),
             _ => None,
         };
         let settings = Settings {
@@ -73,17 +83,27 @@ impl Config {
                 api_per_minute: parse("ENGRAM_RATE_API_PER_MIN", 600)?,
             },
             smtp_url: var("ENGRAM_SMTP_URL"),
-            mail_from: var("ENGRAM_MAIL_FROM").unwrap_or_else(|| "Engram <noreply@engram.local>".into()),
+            mail_from: var("ENGRAM_MAIL_FROM")
+                .unwrap_or_else(|| "Engram <noreply@engram.local>".into()),
             llm,
             claim_ttl_secs: 15 * 60,
         };
         Ok(Self {
-            database_url: var("DATABASE_URL").unwrap_or_else(|| "postgres://engram:engram@127.0.0.1:5432/engram".into()),
+            database_url: var("DATABASE_URL")
+                .unwrap_or_else(|| "postgres://engram:engram@127.0.0.1:5432/engram".into()),
             bind,
-            model_dir: var("ENGRAM_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| "models/all-MiniLM-L6-v2".into()),
-            site_root: var("ENGRAM_SITE_ROOT").map(PathBuf::from).unwrap_or_else(|| "target/site".into()),
+            model_dir: var("ENGRAM_MODEL_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "models/all-MiniLM-L6-v2".into()),
+            site_root: var("ENGRAM_SITE_ROOT")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "target/site".into()),
             worker_concurrency: parse("ENGRAM_WORKER_CONCURRENCY", 16)?,
-            failpoint_ingest_delay_ms: if production { 0 } else { parse("ENGRAM_FAILPOINT_INGEST_DELAY_MS", 0)? },
+            failpoint_ingest_delay_ms: if production {
+                0
+            } else {
+                parse("ENGRAM_FAILPOINT_INGEST_DELAY_MS", 0)?
+            },
             heartbeat_secs: parse("ENGRAM_WORKER_HEARTBEAT_SECS", 10)?,
             settings,
         })

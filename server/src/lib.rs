@@ -36,7 +36,9 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 
 /// A pool that fails fast when the database is unreachable, so requests answer 503 quickly.
 pub fn pool_options() -> PgPoolOptions {
-    PgPoolOptions::new().max_connections(20).acquire_timeout(Duration::from_secs(3))
+    PgPoolOptions::new()
+        .max_connections(20)
+        .acquire_timeout(Duration::from_secs(3))
 }
 
 pub async fn connect(url: &str) -> anyhow::Result<PgPool> {
@@ -45,13 +47,20 @@ pub async fn connect(url: &str) -> anyhow::Result<PgPool> {
 
 /// Applies the queue's and our migrations.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    apalis_postgres::PostgresStorage::setup(pool).await.map_err(|e| anyhow::anyhow!("apalis migrations: {e}"))?;
+    apalis_postgres::PostgresStorage::setup(pool)
+        .await
+        .map_err(|e| anyhow::anyhow!("apalis migrations: {e}"))?;
     MIGRATOR.run(pool).await?;
     Ok(())
 }
 
 /// The state shared by the API and the portal.
-pub fn build_state(pool: PgPool, settings: Settings, embedder: EmbedderHandle, site_root: &str) -> AppState {
+pub fn build_state(
+    pool: PgPool,
+    settings: Settings,
+    embedder: EmbedderHandle,
+    site_root: &str,
+) -> AppState {
     // rustls needs one process-wide crypto provider (ring, as sqlx uses); a second install is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
     AppState {
@@ -61,19 +70,31 @@ pub fn build_state(pool: PgPool, settings: Settings, embedder: EmbedderHandle, s
         usage: Default::default(),
         embedder,
         leptos_options: portal::leptos_options(site_root),
-        http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("building the HTTP client"),
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("building the HTTP client"),
     }
 }
 
 /// The ingestion context of a worker in this process.
 pub fn ingest_context(state: &AppState, options: IngestOptions) -> Arc<IngestContext> {
-    IngestContext::new(state.pool.clone(), state.embedder.clone(), state.http.clone(), state.settings.llm.clone(), options)
+    IngestContext::new(
+        state.pool.clone(),
+        state.embedder.clone(),
+        state.http.clone(),
+        state.settings.llm.clone(),
+        options,
+    )
 }
 
 /// The whole HTTP application: API and portal on one router.
 pub fn router(state: AppState) -> Router {
     let api = api::router().layer(DefaultBodyLimit::max(BODY_LIMIT));
-    portal::router(&state).merge(api).layer(axum::middleware::from_fn(telemetry::log_request)).with_state(state)
+    portal::router(&state)
+        .merge(api)
+        .layer(axum::middleware::from_fn(telemetry::log_request))
+        .with_state(state)
 }
 
 /// Writes batched API-call counts and removes expired sessions, every few seconds.

@@ -8,7 +8,10 @@ use app::core::ingest::IngestOptions;
 use server::config::Config;
 
 #[derive(Parser)]
-#[command(name = "engram", about = "Engram: a self-hostable memory store for AI applications")]
+#[command(
+    name = "engram",
+    about = "Engram: a self-hostable memory store for AI applications"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -39,7 +42,9 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     server::telemetry::init("info");
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let config = match Config::from_env() {
             Ok(c) => c,
@@ -68,12 +73,16 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn ingest_options(config: &Config) -> IngestOptions {
-    IngestOptions { delay_after_start: Duration::from_millis(config.failpoint_ingest_delay_ms), ..IngestOptions::default() }
+    IngestOptions {
+        delay_after_start: Duration::from_millis(config.failpoint_ingest_delay_ms),
+        ..IngestOptions::default()
+    }
 }
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("installing the SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
     tokio::select! {
         _ = ctrl_c => {},
         _ = term.recv() => {},
@@ -81,30 +90,47 @@ async fn shutdown_signal() {
 }
 
 async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
-    let pool = server::connect(&config.database_url).await.map_err(|e| anyhow::anyhow!("cannot reach PostgreSQL at DATABASE_URL: {e}"))?;
+    let pool = server::connect(&config.database_url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach PostgreSQL at DATABASE_URL: {e}"))?;
     server::migrate(&pool).await?;
     let embedder = EmbedderHandle::new(&config.model_dir);
-    let state = server::build_state(pool.clone(), config.settings.clone(), embedder, &config.site_root.to_string_lossy());
+    let state = server::build_state(
+        pool.clone(),
+        config.settings.clone(),
+        embedder,
+        &config.site_root.to_string_lossy(),
+    );
     server::spawn_housekeeping(state.clone(), Duration::from_secs(5));
     if with_worker {
         let ctx = server::ingest_context(&state, ingest_options(&config));
-        let (concurrency, heartbeat) = (config.worker_concurrency, Duration::from_secs(config.heartbeat_secs));
+        let (concurrency, heartbeat) = (
+            config.worker_concurrency,
+            Duration::from_secs(config.heartbeat_secs),
+        );
         tokio::spawn(async move {
             if let Err(e) = ctx.warm_up().await {
                 tracing::error!(error = %format!("{e:#}"), "the embedding model could not be loaded");
             }
-            if let Err(e) = server::worker::run(pool, ctx, concurrency, heartbeat, shutdown_signal()).await {
+            if let Err(e) =
+                server::worker::run(pool, ctx, concurrency, heartbeat, shutdown_signal()).await
+            {
                 tracing::error!(error = %format!("{e:#}"), "worker stopped");
             }
         });
     }
-    let listener = tokio::net::TcpListener::bind(config.bind).await.map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;
     let url = format!("http://{}", listener.local_addr()?);
     tracing::info!(%url, "Engram is serving the portal and the API");
     println!("Engram is running on {url} (portal at /, API under /api)");
-    axum::serve(listener, server::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    axum::serve(
+        listener,
+        server::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await?;
     Ok(())
 }
 
@@ -112,8 +138,20 @@ async fn worker(config: Config) -> anyhow::Result<()> {
     let pool = server::connect(&config.database_url).await?;
     server::migrate(&pool).await?;
     let embedder = EmbedderHandle::new(&config.model_dir);
-    let state = server::build_state(pool.clone(), config.settings.clone(), embedder, &config.site_root.to_string_lossy());
+    let state = server::build_state(
+        pool.clone(),
+        config.settings.clone(),
+        embedder,
+        &config.site_root.to_string_lossy(),
+    );
     let ctx = server::ingest_context(&state, ingest_options(&config));
     ctx.warm_up().await?;
-    server::worker::run(pool, ctx, config.worker_concurrency, Duration::from_secs(config.heartbeat_secs), shutdown_signal()).await
+    server::worker::run(
+        pool,
+        ctx,
+        config.worker_concurrency,
+        Duration::from_secs(config.heartbeat_secs),
+        shutdown_signal(),
+    )
+    .await
 }

@@ -15,7 +15,11 @@ use app::core::state::AppState;
 
 /// The bundle's name: `pkg/engram.js`, `pkg/engram_bg.wasm`, `pkg/engram.css`.
 pub fn leptos_options(site_root: &str) -> LeptosOptions {
-    LeptosOptions::builder().output_name("engram").site_root(site_root).site_pkg_dir("pkg").build()
+    LeptosOptions::builder()
+        .output_name("engram")
+        .site_root(site_root)
+        .site_pkg_dir("pkg")
+        .build()
 }
 
 pub fn router(state: &AppState) -> Router<AppState> {
@@ -30,7 +34,9 @@ pub fn router(state: &AppState) -> Router<AppState> {
     let options = state.leptos_options.clone();
     Router::new()
         .leptos_routes(state, routes, move || app::shell(options.clone()))
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
         .layer(from_fn(cross_site_guard))
         .layer(sessions)
 }
@@ -43,10 +49,16 @@ async fn cross_site_guard(req: Request, next: Next) -> Response {
         return next.run(req).await;
     }
     let headers = req.headers();
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
     let allowed = match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
         Some(origin) => origin.split_once("://").map(|(_, rest)| rest) == Some(host),
-        None => !matches!(headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()), Some("cross-site" | "same-site")),
+        None => !matches!(
+            headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()),
+            Some("cross-site" | "same-site")
+        ),
     };
     if !allowed {
         tracing::warn!(host, origin = ?headers.get(header::ORIGIN), "cross-site portal request refused");

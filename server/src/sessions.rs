@@ -21,7 +21,8 @@ fn backend<E: std::fmt::Display>(e: E) -> session_store::Error {
 }
 
 fn expiry(record: &Record) -> chrono::DateTime<chrono::Utc> {
-    chrono::DateTime::from_timestamp(record.expiry_date.unix_timestamp(), 0).unwrap_or_else(chrono::Utc::now)
+    chrono::DateTime::from_timestamp(record.expiry_date.unix_timestamp(), 0)
+        .unwrap_or_else(chrono::Utc::now)
 }
 
 #[async_trait]
@@ -56,21 +57,32 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        let data: Option<Vec<u8>> = sqlx::query_scalar("select data from sessions where id = $1 and expiry_date > now()")
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?;
-        data.map(|d| serde_json::from_slice(&d).map_err(backend)).transpose()
+        let data: Option<Vec<u8>> =
+            sqlx::query_scalar("select data from sessions where id = $1 and expiry_date > now()")
+                .bind(id.to_string())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(backend)?;
+        data.map(|d| serde_json::from_slice(&d).map_err(backend))
+            .transpose()
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
-        sqlx::query("delete from sessions where id = $1").bind(id.to_string()).execute(&self.pool).await.map_err(backend)?;
+        sqlx::query("delete from sessions where id = $1")
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
         Ok(())
     }
 }
 
 /// Removes expired sessions (run periodically by the server).
 pub async fn delete_expired(pool: &PgPool) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query("delete from sessions where expiry_date < now()").execute(pool).await?.rows_affected())
+    Ok(
+        sqlx::query("delete from sessions where expiry_date < now()")
+            .execute(pool)
+            .await?
+            .rows_affected(),
+    )
 }

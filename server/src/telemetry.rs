@@ -10,7 +10,10 @@ use tracing::Instrument;
 pub fn init(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ENGRAM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default_level},sqlx=warn,apalis=warn,apalis_postgres=warn,apalis_core=warn,tower_sessions=warn")));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
 }
 
 /// Middleware: gives each request an id (or keeps the caller's `x-request-id`), logs it once
@@ -27,7 +30,13 @@ pub async fn log_request(req: Request, next: Next) -> Response {
     let started = Instant::now();
     let mut response = next.run(req).instrument(span.clone()).await;
     let status = response.status().as_u16();
-    span.in_scope(|| tracing::info!(status, duration_ms = (started.elapsed().as_secs_f64() * 1e3 * 100.0).round() / 100.0, "request"));
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            duration_ms = (started.elapsed().as_secs_f64() * 1e3 * 100.0).round() / 100.0,
+            "request"
+        )
+    });
     if let Ok(v) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", v);
     }

@@ -21,7 +21,13 @@ async fn register_login_and_me_answer_the_interface_shapes() {
     assert_eq!(b["expires_in"], 86400);
     let token = b["access_token"].as_str().unwrap();
 
-    let r = app.http.get(app.url("/api/auth/me")).bearer_auth(token).send().await.unwrap();
+    let r = app
+        .http
+        .get(app.url("/api/auth/me"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
     let (s, me) = body(r).await;
     assert_eq!(s, 200);
     assert_eq!(me["email"], "ann@example.com");
@@ -29,7 +35,13 @@ async fn register_login_and_me_answer_the_interface_shapes() {
     assert!(me["created_at"].as_str().unwrap().ends_with('Z'));
 
     // Every new account has its default project.
-    let (_, key) = (token, app.create_key(token, "k").await.1["data"]["key"].as_str().unwrap().to_string());
+    let (_, key) = (
+        token,
+        app.create_key(token, "k").await.1["data"]["key"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    );
     let (s, projects) = app.get("/api/v1/projects", Some(&key)).await;
     assert_eq!(s, 200);
     assert_eq!(projects["data"][0]["id"], "default");
@@ -48,20 +60,52 @@ async fn registration_rejects_taken_emails_and_bad_input() {
     assert_validation(s, &b, &["body", "password"]);
     let (s, b) = app.register("not-an-email", "password123").await;
     assert_validation(s, &b, &["body", "email"]);
-    let (s, b) = app.post_json("/api/auth/register", &json!({"password": "password123"}), None).await;
+    let (s, b) = app
+        .post_json(
+            "/api/auth/register",
+            &json!({"password": "password123"}),
+            None,
+        )
+        .await;
     assert_validation(s, &b, &["body", "email"]);
     assert_eq!(b["detail"][0]["type"], "missing");
-    let (s, b) = app.post_json("/api/auth/register", &json!({"email": 5, "password": "password123"}), None).await;
+    let (s, b) = app
+        .post_json(
+            "/api/auth/register",
+            &json!({"email": 5, "password": "password123"}),
+            None,
+        )
+        .await;
     assert_validation(s, &b, &["body", "email"]);
-    let (s, b) = app.post_json("/api/auth/register", &json!({"email": "d@example.com", "password": "x".repeat(257)}), None).await;
+    let (s, b) = app
+        .post_json(
+            "/api/auth/register",
+            &json!({"email": "d@example.com", "password": "x".repeat(257)}),
+            None,
+        )
+        .await;
     assert_validation(s, &b, &["body", "password"]);
 
-    let r = app.http.post(app.url("/api/auth/register")).header("content-type", "application/json").body("{not json").send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/auth/register"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     let (s, b) = body(r).await;
     assert_validation(s, &b, &["body"]);
     assert_eq!(b["detail"][0]["type"], "json_invalid");
 
-    let r = app.http.post(app.url("/api/auth/register")).header("content-type", "text/plain").body(r#"{"email":"e@example.com","password":"password123"}"#).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/auth/register"))
+        .header("content-type", "text/plain")
+        .body(r#"{"email":"e@example.com","password":"password123"}"#)
+        .send()
+        .await
+        .unwrap();
     let (s, b) = body(r).await;
     assert_validation(s, &b, &["body"]);
 }
@@ -70,11 +114,26 @@ async fn registration_rejects_taken_emails_and_bad_input() {
 async fn login_takes_only_the_form_and_refuses_wrong_passwords() {
     let app = spawn_app().await;
     app.register("dan@example.com", "password123").await;
-    let r = app.http.post(app.url("/api/auth/login")).json(&json!({"username": "dan@example.com", "password": "password123"})).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/auth/login"))
+        .json(&json!({"username": "dan@example.com", "password": "password123"}))
+        .send()
+        .await
+        .unwrap();
     let (s, b) = body(r).await;
     assert_validation(s, &b, &["body"]);
 
-    let r = app.http.post(app.url("/api/auth/login")).form(&[("username", "dan@example.com"), ("password", "wrong-password")]).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/auth/login"))
+        .form(&[
+            ("username", "dan@example.com"),
+            ("password", "wrong-password"),
+        ])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
     let (s, _) = app.login("nobody@example.com", "password123").await;
@@ -82,14 +141,28 @@ async fn login_takes_only_the_form_and_refuses_wrong_passwords() {
     let (s, b) = body(
         app.http
             .post(app.url("/api/auth/login"))
-            .form(&[("username", "dan@example.com"), ("password", "password123"), ("grant_type", "password"), ("scope", ""), ("client_id", "x")])
+            .form(&[
+                ("username", "dan@example.com"),
+                ("password", "password123"),
+                ("grant_type", "password"),
+                ("scope", ""),
+                ("client_id", "x"),
+            ])
             .send()
             .await
             .unwrap(),
     )
     .await;
     assert_eq!(s, 200, "{b}");
-    let (s, b) = body(app.http.post(app.url("/api/auth/login")).form(&[("password", "password123")]).send().await.unwrap()).await;
+    let (s, b) = body(
+        app.http
+            .post(app.url("/api/auth/login"))
+            .form(&[("password", "password123")])
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_validation(s, &b, &["body", "username"]);
 }
 
@@ -100,16 +173,62 @@ async fn me_refuses_missing_forged_and_expired_tokens() {
     let r = app.http.get(app.url("/api/auth/me")).send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
-    let r = app.http.get(app.url("/api/auth/me")).bearer_auth("garbage").send().await.unwrap();
+    let r = app
+        .http
+        .get(app.url("/api/auth/me"))
+        .bearer_auth("garbage")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    let forged = app::core::crypto::issue_token(b"another-secret-another-secret-another", 1, 3600).unwrap();
-    assert_eq!(app.http.get(app.url("/api/auth/me")).bearer_auth(forged).send().await.unwrap().status(), 401);
-    let user_id = body(app.http.get(app.url("/api/auth/me")).bearer_auth(&token).send().await.unwrap()).await.1["id"].as_i64().unwrap();
-    let expired = app::core::crypto::issue_token(&app.state.settings.jwt_secret, user_id, -5).unwrap();
-    assert_eq!(app.http.get(app.url("/api/auth/me")).bearer_auth(expired).send().await.unwrap().status(), 401);
+    let forged =
+        app::core::crypto::issue_token(b"another-secret-another-secret-another", 1, 3600).unwrap();
+    assert_eq!(
+        app.http
+            .get(app.url("/api/auth/me"))
+            .bearer_auth(forged)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    let user_id = body(
+        app.http
+            .get(app.url("/api/auth/me"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+    .1["id"]
+        .as_i64()
+        .unwrap();
+    let expired =
+        app::core::crypto::issue_token(&app.state.settings.jwt_secret, user_id, -5).unwrap();
+    assert_eq!(
+        app.http
+            .get(app.url("/api/auth/me"))
+            .bearer_auth(expired)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
     // An API key is not a bearer token.
     let (_, key) = app.user("erin2@example.com").await;
-    assert_eq!(app.http.get(app.url("/api/auth/me")).bearer_auth(key).send().await.unwrap().status(), 401);
+    assert_eq!(
+        app.http
+            .get(app.url("/api/auth/me"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
 }
 
 #[tokio::test]
@@ -122,11 +241,23 @@ async fn keys_are_shown_once_masked_after_and_dead_once_deleted() {
     assert!(key.starts_with("engram_") && key.len() >= 39);
     assert_eq!(created["data"]["is_active"], true);
 
-    let (s, list) = body(app.http.get(app.url("/api/keys")).bearer_auth(&token).send().await.unwrap()).await;
+    let (s, list) = body(
+        app.http
+            .get(app.url("/api/keys"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 200);
     let listed = list["data"][0]["key"].as_str().unwrap();
     assert_ne!(listed, key);
-    assert!(listed.starts_with("engram_") && listed.contains('…') && listed.ends_with(&key[key.len() - 4..]));
+    assert!(
+        listed.starts_with("engram_")
+            && listed.contains('…')
+            && listed.ends_with(&key[key.len() - 4..])
+    );
     assert!(!list.to_string().contains(&key));
 
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
@@ -134,18 +265,50 @@ async fn keys_are_shown_once_masked_after_and_dead_once_deleted() {
 
     // Another account cannot see or delete it.
     let other = app.token_for("gus@example.com").await;
-    let (s, other_list) = body(app.http.get(app.url("/api/keys")).bearer_auth(&other).send().await.unwrap()).await;
+    let (s, other_list) = body(
+        app.http
+            .get(app.url("/api/keys"))
+            .bearer_auth(&other)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 200);
     assert_eq!(other_list["data"].as_array().unwrap().len(), 0);
-    let (s, _) = body(app.http.delete(app.url(&format!("/api/keys/{id}"))).bearer_auth(&other).send().await.unwrap()).await;
+    let (s, _) = body(
+        app.http
+            .delete(app.url(&format!("/api/keys/{id}")))
+            .bearer_auth(&other)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 404);
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
 
-    let (s, b) = body(app.http.delete(app.url(&format!("/api/keys/{id}"))).bearer_auth(&token).send().await.unwrap()).await;
+    let (s, b) = body(
+        app.http
+            .delete(app.url(&format!("/api/keys/{id}")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["success"], true);
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 401);
-    let (s, b) = body(app.http.delete(app.url("/api/keys/abc")).bearer_auth(&token).send().await.unwrap()).await;
+    let (s, b) = body(
+        app.http
+            .delete(app.url("/api/keys/abc"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_validation(s, &b, &["path", "id"]);
 }
 
@@ -159,7 +322,12 @@ async fn key_endpoints_need_a_bearer_token_and_valid_names() {
     let (s, b) = app.create_key(&token, &"k".repeat(101)).await;
     assert_validation(s, &b, &["body", "name"]);
     assert_eq!(app.get("/api/v1/projects", None).await.0, 401);
-    assert_eq!(app.get("/api/v1/projects", Some("engram_not-a-real-key")).await.0, 401);
+    assert_eq!(
+        app.get("/api/v1/projects", Some("engram_not-a-real-key"))
+            .await
+            .0,
+        401
+    );
     assert_eq!(app.get("/api/v1/projects", Some(&token)).await.0, 401);
 }
 
@@ -168,26 +336,60 @@ async fn bodies_over_one_mebibyte_are_413() {
     let app = spawn_app().await;
     let (_, key) = app.user("ida@example.com").await;
     let big = "x".repeat(1024 * 1024 + 10);
-    let (s, b) = app.post_json("/api/v1/memories", &json!({"content": big}), Some(&key)).await;
+    let (s, b) = app
+        .post_json("/api/v1/memories", &json!({"content": big}), Some(&key))
+        .await;
     assert_eq!(s, 413, "{b}");
     assert_eq!(b["success"], false);
 }
 
 #[tokio::test]
 async fn an_unreachable_database_is_503_with_retry_after() {
-    let pool = server::pool_options().acquire_timeout(Duration::from_millis(500)).connect_lazy("postgres://engram:engram@127.0.0.1:1/nothing").unwrap();
-    let state = server::build_state(pool, app::core::state::Settings::for_tests(), app::core::embed::EmbedderHandle::new("/nonexistent"), "target/site");
+    let pool = server::pool_options()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("postgres://engram:engram@127.0.0.1:1/nothing")
+        .unwrap();
+    let state = server::build_state(
+        pool,
+        app::core::state::Settings::for_tests(),
+        app::core::embed::EmbedderHandle::new("/nonexistent"),
+        "target/site",
+    );
     let (base, _task) = serve(state).await;
     let http = client();
-    let r = http.get(format!("{base}/api/v1/projects")).header("x-api-key", "engram_abcdefghijklmnopqrstuvwxyz0123456789").send().await.unwrap();
+    let r = http
+        .get(format!("{base}/api/v1/projects"))
+        .header("x-api-key", "engram_abcdefghijklmnopqrstuvwxyz0123456789")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
     let (_, b) = body(r).await;
     assert_eq!(b["success"], false);
-    let r = http.post(format!("{base}/api/auth/register")).json(&json!({"email": "x@example.com", "password": "password123"})).send().await.unwrap();
+    let r = http
+        .post(format!("{base}/api/auth/register"))
+        .json(&json!({"email": "x@example.com", "password": "password123"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 503);
-    assert_eq!(http.get(format!("{base}/api/ready")).send().await.unwrap().status(), 503);
-    assert_eq!(http.get(format!("{base}/api/health")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        http.get(format!("{base}/api/ready"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    assert_eq!(
+        http.get(format!("{base}/api/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
 }
 
 #[tokio::test]
@@ -195,10 +397,16 @@ async fn internal_errors_are_500_with_a_generic_body() {
     let app = spawn_app().await;
     let (_, key) = app.user("jo@example.com").await;
     // Break the schema under the running server: the cause must reach the log, not the client.
-    sqlx::query("alter table projects rename to projects_gone").execute(&app.pool).await.unwrap();
+    sqlx::query("alter table projects rename to projects_gone")
+        .execute(&app.pool)
+        .await
+        .unwrap();
     let (s, b) = app.get("/api/v1/projects", Some(&key)).await;
     assert_eq!(s, 500);
-    assert_eq!(b, json!({"success": false, "detail": "Internal server error"}));
+    assert_eq!(
+        b,
+        json!({"success": false, "detail": "Internal server error"})
+    );
 }
 
 #[tokio::test]
@@ -217,9 +425,22 @@ async fn login_is_rate_limited_per_email() {
     for _ in 0..10 {
         assert_eq!(app.login("kim@example.com", "wrong-password").await.0, 401);
     }
-    let r = app.http.post(app.url("/api/auth/login")).form(&[("username", "kim@example.com"), ("password", "password123")]).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/auth/login"))
+        .form(&[("username", "kim@example.com"), ("password", "password123")])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
-    assert!(r.headers()["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    assert!(
+        r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
     // Another e-mail is not affected.
     app.register("lee@example.com", "password123").await;
     assert_eq!(app.login("lee@example.com", "password123").await.0, 200);
@@ -229,10 +450,20 @@ async fn login_is_rate_limited_per_email() {
 async fn registration_is_rate_limited_per_client_address() {
     let mut settings = app::core::state::Settings::for_tests();
     settings.limits.register_per_hour = 2;
-    let app = spawn_with(Opts { settings, ..Opts::default() }).await;
+    let app = spawn_with(Opts {
+        settings,
+        ..Opts::default()
+    })
+    .await;
     assert_eq!(app.register("m1@example.com", "password123").await.0, 200);
     assert_eq!(app.register("m2@example.com", "password123").await.0, 200);
-    let r = app.http.post(app.url("/api/auth/register")).json(&json!({"email": "m3@example.com", "password": "password123"})).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/auth/register"))
+        .json(&json!({"email": "m3@example.com", "password": "password123"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
 }

@@ -8,17 +8,33 @@ const FP_A: &str = "machine-a-0123456789abcdef";
 const FP_B: &str = "machine-b-0123456789abcdef";
 
 async fn register_machine(app: &TestApp, fp: &str) -> Value {
-    let (s, b) = app.post_json("/api/v1/agents/auto-register", &json!({"machine_fingerprint": fp, "platform": "linux", "hostname": "build-box"}), None).await;
+    let (s, b) = app
+        .post_json(
+            "/api/v1/agents/auto-register",
+            &json!({"machine_fingerprint": fp, "platform": "linux", "hostname": "build-box"}),
+            None,
+        )
+        .await;
     assert_eq!(s, 200, "{b}");
     b["data"].clone()
 }
 
 async fn claim_init(app: &TestApp, fp: &str, email: &str) -> (reqwest::StatusCode, Value) {
-    app.post_json("/api/v1/agents/claim/init", &json!({"machine_fingerprint": fp, "email": email}), None).await
+    app.post_json(
+        "/api/v1/agents/claim/init",
+        &json!({"machine_fingerprint": fp, "email": email}),
+        None,
+    )
+    .await
 }
 
 async fn claim_verify(app: &TestApp, fp: &str, code: &str) -> (reqwest::StatusCode, Value) {
-    app.post_json("/api/v1/agents/claim/verify", &json!({"machine_fingerprint": fp, "verification_code": code}), None).await
+    app.post_json(
+        "/api/v1/agents/claim/verify",
+        &json!({"machine_fingerprint": fp, "verification_code": code}),
+        None,
+    )
+    .await
 }
 
 fn wrong(code: &str) -> String {
@@ -36,16 +52,35 @@ async fn auto_register_gives_a_new_key_each_time_on_one_pool() {
     let second = register_machine(&app, FP_A).await;
     assert_eq!(first["user_id"], second["user_id"]);
     assert_ne!(first["api_key"], second["api_key"]);
-    let (k1, k2) = (first["api_key"].as_str().unwrap(), second["api_key"].as_str().unwrap());
+    let (k1, k2) = (
+        first["api_key"].as_str().unwrap(),
+        second["api_key"].as_str().unwrap(),
+    );
 
-    let ids = app.store_all(k1, vec![json!({"content": "the build cache lives in /var/cache/ci"})]).await;
-    assert_eq!(app.get(&format!("/api/v1/memories/{}", ids[0]), Some(k2)).await.0, 200, "keys of one machine share one pool");
+    let ids = app
+        .store_all(
+            k1,
+            vec![json!({"content": "the build cache lives in /var/cache/ci"})],
+        )
+        .await;
+    assert_eq!(
+        app.get(&format!("/api/v1/memories/{}", ids[0]), Some(k2))
+            .await
+            .0,
+        200,
+        "keys of one machine share one pool"
+    );
 
     // Another machine sees nothing of it.
     let other = register_machine(&app, FP_B).await;
     let k3 = other["api_key"].as_str().unwrap();
     assert_ne!(other["user_id"], first["user_id"]);
-    assert_eq!(app.get(&format!("/api/v1/memories/{}", ids[0]), Some(k3)).await.0, 404);
+    assert_eq!(
+        app.get(&format!("/api/v1/memories/{}", ids[0]), Some(k3))
+            .await
+            .0,
+        404
+    );
     assert_eq!(app.get("/api/v1/memories", Some(k3)).await.1["total"], 0);
 
     // The fingerprint is stored hashed only.
@@ -54,11 +89,22 @@ async fn auto_register_gives_a_new_key_each_time_on_one_pool() {
 
     for (body, field) in [
         (json!({}), "machine_fingerprint"),
-        (json!({"machine_fingerprint": "short"}), "machine_fingerprint"),
-        (json!({"machine_fingerprint": "has spaces in it 12345"}), "machine_fingerprint"),
-        (json!({"machine_fingerprint": FP_A, "platform": "amiga"}), "platform"),
+        (
+            json!({"machine_fingerprint": "short"}),
+            "machine_fingerprint",
+        ),
+        (
+            json!({"machine_fingerprint": "has spaces in it 12345"}),
+            "machine_fingerprint",
+        ),
+        (
+            json!({"machine_fingerprint": FP_A, "platform": "amiga"}),
+            "platform",
+        ),
     ] {
-        let (s, b) = app.post_json("/api/v1/agents/auto-register", &body, None).await;
+        let (s, b) = app
+            .post_json("/api/v1/agents/auto-register", &body, None)
+            .await;
         assert_validation(s, &b, &["body", field]);
     }
 }
@@ -68,28 +114,63 @@ async fn machine_stats_reports_real_figures_to_the_machine_only() {
     let app = spawn_worker_app().await;
     let m = register_machine(&app, FP_A).await;
     let key = m["api_key"].as_str().unwrap();
-    app.store_all(key, vec![json!({"content": "stats memory one"}), json!({"content": "stats memory two"})]).await;
-    let (s, b) = app.get(&format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"), Some(key)).await;
+    app.store_all(
+        key,
+        vec![
+            json!({"content": "stats memory one"}),
+            json!({"content": "stats memory two"}),
+        ],
+    )
+    .await;
+    let (s, b) = app
+        .get(
+            &format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"),
+            Some(key),
+        )
+        .await;
     assert_eq!(s, 200, "{b}");
     let d = &b["data"];
     assert_eq!(d["total_memories"], 2);
     assert_eq!(d["total_projects"], 1);
     // Two memory posts, the task polls of store_all, and this call: all counted.
     assert!(d["api_calls_24h"].as_i64().unwrap() >= 4, "{d}");
-    let bytes: i64 = sqlx::query_scalar("select sum(pg_column_size(m.*))::bigint from memories m").fetch_one(&app.pool).await.unwrap();
+    let bytes: i64 = sqlx::query_scalar("select sum(pg_column_size(m.*))::bigint from memories m")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
     assert_eq!(d["storage_bytes"], bytes);
     assert!(d["storage_used"].as_str().unwrap().ends_with("KB"), "{d}");
     assert!(d["created_at"].as_str().unwrap().ends_with('Z'));
 
     // Counts survive a flush to the database.
     app.state.usage.flush(&app.pool).await.unwrap();
-    let (_, again) = app.get(&format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"), Some(key)).await;
-    assert!(again["data"]["api_calls_24h"].as_i64().unwrap() > d["api_calls_24h"].as_i64().unwrap());
+    let (_, again) = app
+        .get(
+            &format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"),
+            Some(key),
+        )
+        .await;
+    assert!(
+        again["data"]["api_calls_24h"].as_i64().unwrap() > d["api_calls_24h"].as_i64().unwrap()
+    );
 
     let other = register_machine(&app, FP_B).await;
-    let (s, _) = app.get(&format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"), other["api_key"].as_str()).await;
+    let (s, _) = app
+        .get(
+            &format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"),
+            other["api_key"].as_str(),
+        )
+        .await;
     assert_eq!(s, 404);
-    assert_eq!(app.get(&format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"), None).await.0, 401);
+    assert_eq!(
+        app.get(
+            &format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"),
+            None
+        )
+        .await
+        .0,
+        401
+    );
     let (s, b) = app.get("/api/v1/agents/machine-stats", Some(key)).await;
     assert_validation(s, &b, &["query", "machine_fingerprint"]);
 }
@@ -100,27 +181,68 @@ async fn a_claim_merges_projects_memories_and_keys_into_the_human_account() {
     let (token, human_key) = app.user("owner@example.com").await;
     let m = register_machine(&app, FP_A).await;
     let mkey = m["api_key"].as_str().unwrap().to_string();
-    app.post_json("/api/v1/projects", &json!({"name": "notes"}), Some(&mkey)).await;
-    app.post_json("/api/v1/projects", &json!({"name": "notes"}), Some(&human_key)).await;
-    app.post_json("/api/v1/projects", &json!({"name": "only-machine"}), Some(&mkey)).await;
+    app.post_json("/api/v1/projects", &json!({"name": "notes"}), Some(&mkey))
+        .await;
+    app.post_json(
+        "/api/v1/projects",
+        &json!({"name": "notes"}),
+        Some(&human_key),
+    )
+    .await;
+    app.post_json(
+        "/api/v1/projects",
+        &json!({"name": "only-machine"}),
+        Some(&mkey),
+    )
+    .await;
     let machine_memories = app
         .store_all(&mkey, vec![json!({"content": "machine default memory about the kiln temperature"}), json!({"content": "machine notes memory about glaze recipes", "project_id": "notes"})])
         .await;
 
     let (s, started) = claim_init(&app, FP_A, "Owner@Example.com").await;
     assert_eq!(s, 200, "{started}");
-    let code = started["data"]["verification_code"].as_str().unwrap().to_string();
+    let code = started["data"]["verification_code"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(code.len(), 6);
-    assert!(started["data"]["expires_at"].as_str().unwrap().ends_with('Z'));
+    assert!(started["data"]["expires_at"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
     // The code went to the development mailbox, stored hashed in the claim.
-    let mail: String = sqlx::query_scalar("select text_body from dev_mailbox where to_address = 'owner@example.com'").fetch_one(&app.pool).await.unwrap();
-    assert!(mail.contains(&code) && mail.contains("build-box") && mail.contains("linux") && mail.contains("/claim?machine="));
-    let stored: Vec<u8> = sqlx::query_scalar("select code_hash from claims").fetch_one(&app.pool).await.unwrap();
+    let mail: String = sqlx::query_scalar(
+        "select text_body from dev_mailbox where to_address = 'owner@example.com'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert!(
+        mail.contains(&code)
+            && mail.contains("build-box")
+            && mail.contains("linux")
+            && mail.contains("/claim?machine=")
+    );
+    let stored: Vec<u8> = sqlx::query_scalar("select code_hash from claims")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
     assert!(!String::from_utf8_lossy(&stored).contains(&code));
 
     let (s, b) = claim_verify(&app, FP_A, &code).await;
     assert_eq!(s, 200, "{b}");
-    let human_id = body(app.http.get(app.url("/api/auth/me")).bearer_auth(&token).send().await.unwrap()).await.1["id"].as_i64().unwrap();
+    let human_id = body(
+        app.http
+            .get(app.url("/api/auth/me"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+    .1["id"]
+        .as_i64()
+        .unwrap();
     assert_eq!(b["data"]["merged_to_user_id"], human_id.to_string());
     assert!(b["data"]["message"].is_string());
 
@@ -128,24 +250,58 @@ async fn a_claim_merges_projects_memories_and_keys_into_the_human_account() {
     let (_, list) = app.get("/api/v1/memories", Some(&human_key)).await;
     assert_eq!(list["total"], 2);
     for id in &machine_memories {
-        assert_eq!(app.get(&format!("/api/v1/memories/{id}"), Some(&human_key)).await.0, 200);
+        assert_eq!(
+            app.get(&format!("/api/v1/memories/{id}"), Some(&human_key))
+                .await
+                .0,
+            200
+        );
     }
-    let (_, found) = app.post_json("/api/v1/memories/search", &json!({"query": "kiln temperature"}), Some(&human_key)).await;
+    let (_, found) = app
+        .post_json(
+            "/api/v1/memories/search",
+            &json!({"query": "kiln temperature"}),
+            Some(&human_key),
+        )
+        .await;
     assert_eq!(found["data"][0]["id"], machine_memories[0].as_str());
     assert_eq!(found["data"][0]["project_id"], "default");
-    assert_eq!(app.get("/api/v1/memories", Some(&mkey)).await.1["total"], 2, "the machine's key works on the human account");
+    assert_eq!(
+        app.get("/api/v1/memories", Some(&mkey)).await.1["total"],
+        2,
+        "the machine's key works on the human account"
+    );
 
     let (_, projects) = app.get("/api/v1/projects", Some(&human_key)).await;
-    let names: Vec<String> = projects["data"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    let names: Vec<String> = projects["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(names.iter().filter(|n| *n == "default").count(), 1);
     assert!(names.contains(&"notes".to_string()) && names.contains(&"only-machine".to_string()));
-    assert!(names.iter().any(|n| n.starts_with("notes-")), "clashing name suffixed: {names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("notes-")),
+        "clashing name suffixed: {names:?}"
+    );
 
     // Claimed: auto-register answers 409, a second claim too; stats follow the human account.
-    let (s, _) = app.post_json("/api/v1/agents/auto-register", &json!({"machine_fingerprint": FP_A}), None).await;
+    let (s, _) = app
+        .post_json(
+            "/api/v1/agents/auto-register",
+            &json!({"machine_fingerprint": FP_A}),
+            None,
+        )
+        .await;
     assert_eq!(s, 409);
     assert_eq!(claim_init(&app, FP_A, "owner@example.com").await.0, 409);
-    let (s, stats) = app.get(&format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"), Some(&human_key)).await;
+    let (s, stats) = app
+        .get(
+            &format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"),
+            Some(&human_key),
+        )
+        .await;
     assert_eq!(s, 200, "{stats}");
     assert_eq!(stats["data"]["total_memories"], 2);
 }
@@ -160,10 +316,20 @@ async fn wrong_expired_and_replaced_codes_are_refused_and_the_fifth_wrong_voids_
     assert_eq!(s, 404, "{b}");
     let (s, _) = claim_init(&app, "unknown-machine-0123456789", "guard@example.com").await;
     assert_eq!(s, 404);
-    assert_eq!(claim_verify(&app, FP_A, "123456").await.0, 400, "no live claim");
+    assert_eq!(
+        claim_verify(&app, FP_A, "123456").await.0,
+        400,
+        "no live claim"
+    );
 
-    let first = claim_init(&app, FP_A, "guard@example.com").await.1["data"]["verification_code"].as_str().unwrap().to_string();
-    let second = claim_init(&app, FP_A, "guard@example.com").await.1["data"]["verification_code"].as_str().unwrap().to_string();
+    let first = claim_init(&app, FP_A, "guard@example.com").await.1["data"]["verification_code"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = claim_init(&app, FP_A, "guard@example.com").await.1["data"]["verification_code"]
+        .as_str()
+        .unwrap()
+        .to_string();
     if first != second {
         let (s, b) = claim_verify(&app, FP_A, &first).await;
         assert_eq!(s, 400, "the replaced code no longer works: {b}");
@@ -177,19 +343,37 @@ async fn wrong_expired_and_replaced_codes_are_refused_and_the_fifth_wrong_voids_
     }
     let (s, b) = claim_verify(&app, FP_A, &wrong_code).await;
     assert_eq!(s, 429, "{b}");
-    assert_eq!(claim_verify(&app, FP_A, &second).await.0, 400, "the void claim's right code is refused too");
+    assert_eq!(
+        claim_verify(&app, FP_A, &second).await.0,
+        400,
+        "the void claim's right code is refused too"
+    );
 
     // Expired.
-    let code = claim_init(&app, FP_A, "guard@example.com").await.1["data"]["verification_code"].as_str().unwrap().to_string();
-    sqlx::query("update claims set expires_at = now() - interval '1 second'").execute(&app.pool).await.unwrap();
+    let code = claim_init(&app, FP_A, "guard@example.com").await.1["data"]["verification_code"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sqlx::query("update claims set expires_at = now() - interval '1 second'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
     assert_eq!(claim_verify(&app, FP_A, &code).await.0, 400);
 
     for (body, field) in [
-        (json!({"machine_fingerprint": FP_A, "verification_code": "12345"}), "verification_code"),
-        (json!({"machine_fingerprint": FP_A, "verification_code": "12a456"}), "verification_code"),
+        (
+            json!({"machine_fingerprint": FP_A, "verification_code": "12345"}),
+            "verification_code",
+        ),
+        (
+            json!({"machine_fingerprint": FP_A, "verification_code": "12a456"}),
+            "verification_code",
+        ),
         (json!({"machine_fingerprint": FP_A}), "verification_code"),
     ] {
-        let (s, b) = app.post_json("/api/v1/agents/claim/verify", &body, None).await;
+        let (s, b) = app
+            .post_json("/api/v1/agents/claim/verify", &body, None)
+            .await;
         assert_validation(s, &b, &["body", field]);
     }
     let (s, b) = claim_init(&app, FP_A, "not-an-email").await;
@@ -200,10 +384,20 @@ async fn wrong_expired_and_replaced_codes_are_refused_and_the_fifth_wrong_voids_
 async fn auto_register_is_rate_limited_per_client_address() {
     let mut settings = app::core::state::Settings::for_tests();
     settings.limits.auto_register_per_hour = 2;
-    let app = spawn_with(Opts { settings, ..Opts::default() }).await;
+    let app = spawn_with(Opts {
+        settings,
+        ..Opts::default()
+    })
+    .await;
     register_machine(&app, FP_A).await;
     register_machine(&app, FP_B).await;
-    let r = app.http.post(app.url("/api/v1/agents/auto-register")).json(&json!({"machine_fingerprint": "machine-c-0123456789abcdef"})).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/v1/agents/auto-register"))
+        .json(&json!({"machine_fingerprint": "machine-c-0123456789abcdef"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
 }

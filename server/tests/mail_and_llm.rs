@@ -18,7 +18,9 @@ async fn smtp_sink() -> (u16, Arc<Mutex<Vec<String>>>) {
     let store = messages.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((socket, _)) = listener.accept().await else { return };
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
             let store = store.clone();
             tokio::spawn(async move {
                 let (read, mut write) = socket.into_split();
@@ -36,7 +38,11 @@ async fn smtp_sink() -> (u16, Arc<Mutex<Vec<String>>>) {
                         }
                         continue;
                     }
-                    let verb = line.split_whitespace().next().unwrap_or_default().to_ascii_uppercase();
+                    let verb = line
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_ascii_uppercase();
                     let reply: &[u8] = match verb.as_str() {
                         "EHLO" | "HELO" => b"250-sink\r\n250 8BITMIME\r\n",
                         "DATA" => {
@@ -62,15 +68,38 @@ async fn claim_codes_go_out_by_smtp_and_are_not_disclosed_in_the_response() {
     let (port, messages) = smtp_sink().await;
     let mut settings = app::core::state::Settings::for_tests();
     settings.smtp_url = Some(format!("smtp://127.0.0.1:{port}"));
-    let app = spawn_with(Opts { settings, ..Opts::default() }).await;
+    let app = spawn_with(Opts {
+        settings,
+        ..Opts::default()
+    })
+    .await;
     app.user("mailme@example.com").await;
     let fp = "smtp-machine-0123456789";
-    app.post_json("/api/v1/agents/auto-register", &json!({"machine_fingerprint": fp, "hostname": "studio-mac", "platform": "macos"}), None).await;
-    let (s, b) = app.post_json("/api/v1/agents/claim/init", &json!({"machine_fingerprint": fp, "email": "mailme@example.com"}), None).await;
+    app.post_json(
+        "/api/v1/agents/auto-register",
+        &json!({"machine_fingerprint": fp, "hostname": "studio-mac", "platform": "macos"}),
+        None,
+    )
+    .await;
+    let (s, b) = app
+        .post_json(
+            "/api/v1/agents/claim/init",
+            &json!({"machine_fingerprint": fp, "email": "mailme@example.com"}),
+            None,
+        )
+        .await;
     assert_eq!(s, 200, "{b}");
-    assert!(b["data"].get("verification_code").is_none(), "the code must not be in the response when mail is configured: {b}");
+    assert!(
+        b["data"].get("verification_code").is_none(),
+        "the code must not be in the response when mail is configured: {b}"
+    );
 
-    let message = messages.lock().unwrap().first().cloned().expect("the SMTP server received the message");
+    let message = messages
+        .lock()
+        .unwrap()
+        .first()
+        .cloned()
+        .expect("the SMTP server received the message");
     assert!(message.contains("To: mailme@example.com"), "{message}");
     assert!(message.contains("studio-mac"));
     let code: String = message
@@ -79,25 +108,47 @@ async fn claim_codes_go_out_by_smtp_and_are_not_disclosed_in_the_response() {
         .map(|c| c.trim().to_string())
         .expect("the code is in the text part");
     assert_eq!(code.len(), 6);
-    let dev_mails: i64 = sqlx::query_scalar("select count(*) from dev_mailbox").fetch_one(&app.pool).await.unwrap();
+    let dev_mails: i64 = sqlx::query_scalar("select count(*) from dev_mailbox")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
     assert_eq!(dev_mails, 0);
-    let (s, b) = app.post_json("/api/v1/agents/claim/verify", &json!({"machine_fingerprint": fp, "verification_code": code}), None).await;
+    let (s, b) = app
+        .post_json(
+            "/api/v1/agents/claim/verify",
+            &json!({"machine_fingerprint": fp, "verification_code": code}),
+            None,
+        )
+        .await;
     assert_eq!(s, 200, "{b}");
 }
 
-async fn llm_stand_in(answer: Value, status: u16) -> (String, Arc<Mutex<Vec<(Option<String>, Value)>>>) {
+async fn llm_stand_in(
+    answer: Value,
+    status: u16,
+) -> (String, Arc<Mutex<Vec<(Option<String>, Value)>>>) {
     let seen = Arc::new(Mutex::new(vec![]));
     let log = seen.clone();
     let router = axum::Router::new().route(
         "/v1/chat/completions",
-        post(move |headers: axum::http::HeaderMap, Json(body): Json<Value>| {
-            let log = log.clone();
-            let answer = answer.clone();
-            async move {
-                log.lock().unwrap().push((headers.get("authorization").map(|v| v.to_str().unwrap().to_string()), body));
-                (axum::http::StatusCode::from_u16(status).unwrap(), Json(answer))
-            }
-        }),
+        post(
+            move |headers: axum::http::HeaderMap, Json(body): Json<Value>| {
+                let log = log.clone();
+                let answer = answer.clone();
+                async move {
+                    log.lock().unwrap().push((
+                        headers
+                            .get("authorization")
+                            .map(|v| v.to_str().unwrap().to_string()),
+                        body,
+                    ));
+                    (
+                        axum::http::StatusCode::from_u16(status).unwrap(),
+                        Json(answer),
+                    )
+                }
+            },
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
@@ -107,7 +158,11 @@ async fn llm_stand_in(answer: Value, status: u16) -> (String, Arc<Mutex<Vec<(Opt
 
 fn llm_settings(base: String) -> app::core::state::Settings {
     let mut settings = app::core::state::Settings::for_tests();
-    settings.llm = Some(app::core::state::LlmSettings { base_url: base, api_key: "sk-test".into(), model: "stand-in".into() });
+    settings.llm = Some(app::core::state::LlmSettings {
+        base_url: base,
+        api_key: "sk-test".into(),
+        model: "stand-in".into(),
+    });
     settings
 }
 
@@ -115,9 +170,19 @@ fn llm_settings(base: String) -> app::core::state::Settings {
 async fn a_configured_llm_classifies_with_a_strict_json_answer() {
     let answer = json!({"choices": [{"message": {"role": "assistant", "content": "{\"sector\": \"reflective\", \"importance\": 0.9}"}}]});
     let (base, seen) = llm_stand_in(answer, 200).await;
-    let app = spawn_with(Opts { worker: true, settings: llm_settings(base), ..Opts::default() }).await;
+    let app = spawn_with(Opts {
+        worker: true,
+        settings: llm_settings(base),
+        ..Opts::default()
+    })
+    .await;
     let (_, key) = app.user("llm@example.com").await;
-    let task = app.remember(&key, json!({"content": "The train to Lyon leaves at 9:40 from platform 4."})).await;
+    let task = app
+        .remember(
+            &key,
+            json!({"content": "The train to Lyon leaves at 9:40 from platform 4."}),
+        )
+        .await;
     let task = app.wait_task(&key, &task).await;
     assert_eq!(task["cognitive_sector"], "reflective");
     assert!((task["importance_score"].as_f64().unwrap() - 0.9).abs() < 1e-6);
@@ -125,19 +190,41 @@ async fn a_configured_llm_classifies_with_a_strict_json_answer() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].0.as_deref(), Some("Bearer sk-test"));
     assert_eq!(calls[0].1["model"], "stand-in");
-    assert!(calls[0].1["messages"][1]["content"].as_str().unwrap().contains("Lyon"));
+    assert!(calls[0].1["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("Lyon"));
 }
 
 #[tokio::test]
 async fn a_failing_or_loose_llm_leaves_the_decision_to_the_local_classifier() {
-    for (answer, status) in [(json!({"error": "overloaded"}), 503), (json!({"choices": [{"message": {"content": "I think it is episodic"}}]}), 200)] {
+    for (answer, status) in [
+        (json!({"error": "overloaded"}), 503),
+        (
+            json!({"choices": [{"message": {"content": "I think it is episodic"}}]}),
+            200,
+        ),
+    ] {
         let (base, seen) = llm_stand_in(answer, status).await;
-        let app = spawn_with(Opts { worker: true, settings: llm_settings(base), ..Opts::default() }).await;
+        let app = spawn_with(Opts {
+            worker: true,
+            settings: llm_settings(base),
+            ..Opts::default()
+        })
+        .await;
         let (_, key) = app.user("fallback@example.com").await;
-        let task = app.remember(&key, json!({"content": "To deploy, run make release and then tag the commit."})).await;
+        let task = app
+            .remember(
+                &key,
+                json!({"content": "To deploy, run make release and then tag the commit."}),
+            )
+            .await;
         let task = app.wait_task(&key, &task).await;
         assert_eq!(task["status"], "completed", "{task}");
-        assert_eq!(task["cognitive_sector"], "procedural", "local decision: {task}");
+        assert_eq!(
+            task["cognitive_sector"], "procedural",
+            "local decision: {task}"
+        );
         assert_eq!(seen.lock().unwrap().len(), 1);
     }
 }

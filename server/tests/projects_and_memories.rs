@@ -10,39 +10,92 @@ async fn projects_are_created_named_and_deleted_per_account() {
     let (_, key) = app.user("pat@example.com").await;
     let (_, other) = app.user("quinn@example.com").await;
 
-    let (s, b) = app.post_json("/api/v1/projects", &json!({"name": "support-bot", "description": "tickets"}), Some(&key)).await;
+    let (s, b) = app
+        .post_json(
+            "/api/v1/projects",
+            &json!({"name": "support-bot", "description": "tickets"}),
+            Some(&key),
+        )
+        .await;
     assert_eq!(s, 200, "{b}");
     let id = b["data"]["id"].as_str().unwrap().to_string();
     assert_eq!(b["data"]["name"], "support-bot");
     assert_eq!(b["data"]["description"], "tickets");
     assert!(b["data"]["created_at"].as_str().unwrap().ends_with('Z'));
 
-    let (s, _) = app.post_json("/api/v1/projects", &json!({"name": "support-bot"}), Some(&key)).await;
+    let (s, _) = app
+        .post_json(
+            "/api/v1/projects",
+            &json!({"name": "support-bot"}),
+            Some(&key),
+        )
+        .await;
     assert_eq!(s, 409);
     // Names are per account.
-    assert_eq!(app.post_json("/api/v1/projects", &json!({"name": "support-bot"}), Some(&other)).await.0, 200);
+    assert_eq!(
+        app.post_json(
+            "/api/v1/projects",
+            &json!({"name": "support-bot"}),
+            Some(&other)
+        )
+        .await
+        .0,
+        200
+    );
 
     let (s, b) = app.get(&format!("/api/v1/projects/{id}"), Some(&key)).await;
-    assert_eq!((s, b["data"]["id"].as_str()), (200.try_into().unwrap(), Some(id.as_str())));
+    assert_eq!(
+        (s, b["data"]["id"].as_str()),
+        (200.try_into().unwrap(), Some(id.as_str()))
+    );
     let (s, b) = app.get("/api/v1/projects/support-bot", Some(&key)).await;
     assert_eq!(s, 200, "by name: {b}");
     assert_eq!(b["data"]["id"], id.as_str());
-    assert_eq!(app.get(&format!("/api/v1/projects/{id}"), Some(&other)).await.0, 404);
-    assert_eq!(app.delete(&format!("/api/v1/projects/{id}"), Some(&other)).await.0, 404);
+    assert_eq!(
+        app.get(&format!("/api/v1/projects/{id}"), Some(&other))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.delete(&format!("/api/v1/projects/{id}"), Some(&other))
+            .await
+            .0,
+        404
+    );
 
     let (s, b) = app.delete("/api/v1/projects/default", Some(&key)).await;
     assert_eq!(s, 409, "{b}");
 
-    let (s, b) = app.post_json("/api/v1/projects", &json!({"name": ""}), Some(&key)).await;
+    let (s, b) = app
+        .post_json("/api/v1/projects", &json!({"name": ""}), Some(&key))
+        .await;
     assert_validation(s, &b, &["body", "name"]);
-    let (s, b) = app.post_json("/api/v1/projects", &json!({"name": "x".repeat(65)}), Some(&key)).await;
+    let (s, b) = app
+        .post_json(
+            "/api/v1/projects",
+            &json!({"name": "x".repeat(65)}),
+            Some(&key),
+        )
+        .await;
     assert_validation(s, &b, &["body", "name"]);
-    let (s, b) = app.post_json("/api/v1/projects", &json!({"name": "ok", "description": "d".repeat(1001)}), Some(&key)).await;
+    let (s, b) = app
+        .post_json(
+            "/api/v1/projects",
+            &json!({"name": "ok", "description": "d".repeat(1001)}),
+            Some(&key),
+        )
+        .await;
     assert_validation(s, &b, &["body", "description"]);
 
     let (s, b) = app.get("/api/v1/projects", Some(&key)).await;
     assert_eq!(s, 200);
-    let names: Vec<&str> = b["data"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = b["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, vec!["default", "support-bot"]);
 }
 
@@ -61,14 +114,23 @@ async fn a_memory_goes_from_pending_to_completed_with_every_field() {
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(task["task_id"], task_id);
     let sector = task["cognitive_sector"].as_str().unwrap();
-    assert!(["episodic", "semantic", "procedural", "emotional", "reflective"].contains(&sector));
+    assert!([
+        "episodic",
+        "semantic",
+        "procedural",
+        "emotional",
+        "reflective"
+    ]
+    .contains(&sector));
     let importance = task["importance_score"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&importance));
     assert!(task["completed_at"].as_str().unwrap().ends_with('Z'));
     assert!(task["error"].is_null());
 
     let memory_id = task["memory_id"].as_str().unwrap();
-    let (s, m) = app.get(&format!("/api/v1/memories/{memory_id}"), Some(&key)).await;
+    let (s, m) = app
+        .get(&format!("/api/v1/memories/{memory_id}"), Some(&key))
+        .await;
     assert_eq!(s, 200, "{m}");
     let m = &m["data"];
     assert_eq!(m["content"], "Remember: Sam is allergic to peanuts");
@@ -80,7 +142,12 @@ async fn a_memory_goes_from_pending_to_completed_with_every_field() {
         assert!(!m[field].is_null(), "{field}");
     }
     // The vector is stored with its model's name.
-    let model: String = sqlx::query_scalar("select embedding_model from memories where id = $1::uuid").bind(memory_id).fetch_one(&app.pool).await.unwrap();
+    let model: String =
+        sqlx::query_scalar("select embedding_model from memories where id = $1::uuid")
+            .bind(memory_id)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
     assert_eq!(model, "all-MiniLM-L6-v2");
 }
 
@@ -88,9 +155,21 @@ async fn a_memory_goes_from_pending_to_completed_with_every_field() {
 async fn metadata_defaults_to_an_empty_object_and_keeps_an_explicit_null() {
     let app = spawn_worker_app().await;
     let (_, key) = app.user("sid@example.com").await;
-    let ids = app.store_all(&key, vec![json!({"content": "no metadata here"}), json!({"content": "null metadata here", "metadata": null})]).await;
-    let (_, a) = app.get(&format!("/api/v1/memories/{}", ids[0]), Some(&key)).await;
-    let (_, b) = app.get(&format!("/api/v1/memories/{}", ids[1]), Some(&key)).await;
+    let ids = app
+        .store_all(
+            &key,
+            vec![
+                json!({"content": "no metadata here"}),
+                json!({"content": "null metadata here", "metadata": null}),
+            ],
+        )
+        .await;
+    let (_, a) = app
+        .get(&format!("/api/v1/memories/{}", ids[0]), Some(&key))
+        .await;
+    let (_, b) = app
+        .get(&format!("/api/v1/memories/{}", ids[1]), Some(&key))
+        .await;
     assert_eq!(a["data"]["metadata"], json!({}));
     assert!(a["data"]["agent_id"].is_null());
     assert!(b["data"]["metadata"].is_null());
@@ -107,17 +186,37 @@ async fn memory_input_is_validated_and_nothing_is_queued_for_bad_input() {
         (json!({"content": 12}), "content"),
         (json!({"content": "x".repeat(32_769)}), "content"),
         (json!({"content": "ok", "metadata": [1, 2]}), "metadata"),
-        (json!({"content": "ok", "metadata": {"big": "y".repeat(17_000)}}), "metadata"),
-        (json!({"content": "ok", "agent_id": "a".repeat(129)}), "agent_id"),
+        (
+            json!({"content": "ok", "metadata": {"big": "y".repeat(17_000)}}),
+            "metadata",
+        ),
+        (
+            json!({"content": "ok", "agent_id": "a".repeat(129)}),
+            "agent_id",
+        ),
     ];
     for (payload, field) in cases {
-        let (s, b) = app.post_json("/api/v1/memories", &payload, Some(&key)).await;
+        let (s, b) = app
+            .post_json("/api/v1/memories", &payload, Some(&key))
+            .await;
         assert_validation(s, &b, &["body", field]);
     }
-    let (s, _) = app.post_json("/api/v1/memories", &json!({"content": "ok", "project_id": "nope"}), Some(&key)).await;
+    let (s, _) = app
+        .post_json(
+            "/api/v1/memories",
+            &json!({"content": "ok", "project_id": "nope"}),
+            Some(&key),
+        )
+        .await;
     assert_eq!(s, 404);
-    let tasks: i64 = sqlx::query_scalar("select count(*) from tasks").fetch_one(&app.pool).await.unwrap();
-    let jobs: i64 = sqlx::query_scalar("select count(*) from apalis.jobs").fetch_one(&app.pool).await.unwrap();
+    let tasks: i64 = sqlx::query_scalar("select count(*) from tasks")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let jobs: i64 = sqlx::query_scalar("select count(*) from apalis.jobs")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
     assert_eq!((tasks, jobs), (0, 0));
 }
 
@@ -126,12 +225,26 @@ async fn the_task_and_its_queue_job_are_written_together_before_the_answer() {
     // No worker runs: the acknowledged task must already be durable, with its job queued.
     let app = spawn_app().await;
     let (_, key) = app.user("uma@example.com").await;
-    let task_id = app.remember(&key, json!({"content": "queued while no worker runs"})).await;
-    let (s, b) = app.get(&format!("/api/v1/tasks/{task_id}"), Some(&key)).await;
+    let task_id = app
+        .remember(&key, json!({"content": "queued while no worker runs"}))
+        .await;
+    let (s, b) = app
+        .get(&format!("/api/v1/tasks/{task_id}"), Some(&key))
+        .await;
     assert_eq!(s, 200);
     assert_eq!(b["data"]["status"], "pending");
-    assert!(b["data"]["memory_id"].is_null() && b["data"]["completed_at"].is_null() && b["data"]["error"].is_null());
-    let job: serde_json::Value = sqlx::query_scalar("select convert_from(job, 'UTF8')::jsonb from apalis.jobs where job_type = $1").bind(app::core::memories::QUEUE).fetch_one(&app.pool).await.unwrap();
+    assert!(
+        b["data"]["memory_id"].is_null()
+            && b["data"]["completed_at"].is_null()
+            && b["data"]["error"].is_null()
+    );
+    let job: serde_json::Value = sqlx::query_scalar(
+        "select convert_from(job, 'UTF8')::jsonb from apalis.jobs where job_type = $1",
+    )
+    .bind(app::core::memories::QUEUE)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
     assert_eq!(job["task_id"], task_id.as_str());
 
     // A worker started later finds it.
@@ -143,7 +256,8 @@ async fn the_task_and_its_queue_job_are_written_together_before_the_answer() {
 async fn lists_are_newest_first_paged_filtered_and_counted() {
     let app = spawn_worker_app().await;
     let (_, key) = app.user("val@example.com").await;
-    app.post_json("/api/v1/projects", &json!({"name": "work"}), Some(&key)).await;
+    app.post_json("/api/v1/projects", &json!({"name": "work"}), Some(&key))
+        .await;
     let mut payloads = vec![];
     for i in 0..5 {
         payloads.push(json!({"content": format!("default memory number {i}")}));
@@ -156,23 +270,50 @@ async fn lists_are_newest_first_paged_filtered_and_counted() {
     let (s, all) = app.get("/api/v1/memories", Some(&key)).await;
     assert_eq!(s, 200);
     assert_eq!(all["total"], 8);
-    let times: Vec<&str> = all["data"].as_array().unwrap().iter().map(|m| m["created_at"].as_str().unwrap()).collect();
+    let times: Vec<&str> = all["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["created_at"].as_str().unwrap())
+        .collect();
     let mut sorted = times.clone();
     sorted.sort_by(|a, b| b.cmp(a));
     assert_eq!(times, sorted);
 
-    let (_, work) = app.get("/api/v1/memories?project_id=work&limit=2", Some(&key)).await;
+    let (_, work) = app
+        .get("/api/v1/memories?project_id=work&limit=2", Some(&key))
+        .await;
     assert_eq!(work["total"], 3);
     assert_eq!(work["data"].as_array().unwrap().len(), 2);
-    let (_, page2) = app.get("/api/v1/memories?project_id=work&limit=2&offset=2", Some(&key)).await;
+    let (_, page2) = app
+        .get(
+            "/api/v1/memories?project_id=work&limit=2&offset=2",
+            Some(&key),
+        )
+        .await;
     assert_eq!(page2["data"].as_array().unwrap().len(), 1);
-    assert!(work["data"].as_array().unwrap().iter().chain(page2["data"].as_array().unwrap()).all(|m| m["project_id"] != "default"));
+    assert!(work["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(page2["data"].as_array().unwrap())
+        .all(|m| m["project_id"] != "default"));
 
-    for (q, field) in [("limit=0", "limit"), ("limit=1001", "limit"), ("limit=abc", "limit"), ("offset=-1", "offset")] {
+    for (q, field) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=abc", "limit"),
+        ("offset=-1", "offset"),
+    ] {
         let (s, b) = app.get(&format!("/api/v1/memories?{q}"), Some(&key)).await;
         assert_validation(s, &b, &["query", field]);
     }
-    assert_eq!(app.get("/api/v1/memories?project_id=nope", Some(&key)).await.0, 404);
+    assert_eq!(
+        app.get("/api/v1/memories?project_id=nope", Some(&key))
+            .await
+            .0,
+        404
+    );
 }
 
 #[tokio::test]
@@ -180,35 +321,96 @@ async fn another_accounts_memories_tasks_and_projects_are_invisible() {
     let app = spawn_worker_app().await;
     let (_, owner) = app.user("wes@example.com").await;
     let (_, stranger) = app.user("xia@example.com").await;
-    let task = app.remember(&owner, json!({"content": "the vault code is 4412"})).await;
-    let memory = app.wait_task(&owner, &task).await["memory_id"].as_str().unwrap().to_string();
+    let task = app
+        .remember(&owner, json!({"content": "the vault code is 4412"}))
+        .await;
+    let memory = app.wait_task(&owner, &task).await["memory_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
-    assert_eq!(app.get(&format!("/api/v1/memories/{memory}"), Some(&stranger)).await.0, 404);
-    assert_eq!(app.delete(&format!("/api/v1/memories/{memory}"), Some(&stranger)).await.0, 404);
-    assert_eq!(app.get(&format!("/api/v1/tasks/{task}"), Some(&stranger)).await.0, 404);
+    assert_eq!(
+        app.get(&format!("/api/v1/memories/{memory}"), Some(&stranger))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.delete(&format!("/api/v1/memories/{memory}"), Some(&stranger))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/tasks/{task}"), Some(&stranger))
+            .await
+            .0,
+        404
+    );
     let (_, list) = app.get("/api/v1/memories", Some(&stranger)).await;
     assert_eq!(list["total"], 0);
-    let (_, found) = app.post_json("/api/v1/memories/search", &json!({"query": "vault code"}), Some(&stranger)).await;
+    let (_, found) = app
+        .post_json(
+            "/api/v1/memories/search",
+            &json!({"query": "vault code"}),
+            Some(&stranger),
+        )
+        .await;
     assert_eq!(found["data"].as_array().unwrap().len(), 0);
     // The owner still has it.
-    assert_eq!(app.get(&format!("/api/v1/memories/{memory}"), Some(&owner)).await.0, 200);
-    assert_eq!(app.get("/api/v1/memories/not-a-uuid", Some(&owner)).await.0, 404);
-    assert_eq!(app.get("/api/v1/tasks/not-a-uuid", Some(&owner)).await.0, 404);
+    assert_eq!(
+        app.get(&format!("/api/v1/memories/{memory}"), Some(&owner))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        app.get("/api/v1/memories/not-a-uuid", Some(&owner)).await.0,
+        404
+    );
+    assert_eq!(
+        app.get("/api/v1/tasks/not-a-uuid", Some(&owner)).await.0,
+        404
+    );
 }
 
 #[tokio::test]
 async fn deleting_a_memory_and_a_project_removes_them() {
     let app = spawn_worker_app().await;
     let (_, key) = app.user("yan@example.com").await;
-    let (_, p) = app.post_json("/api/v1/projects", &json!({"name": "scratch"}), Some(&key)).await;
+    let (_, p) = app
+        .post_json("/api/v1/projects", &json!({"name": "scratch"}), Some(&key))
+        .await;
     let pid = p["data"]["id"].as_str().unwrap().to_string();
-    let ids = app.store_all(&key, vec![json!({"content": "first scratch note", "project_id": "scratch"}), json!({"content": "second scratch note", "project_id": pid})]).await;
-    let keep = app.store_all(&key, vec![json!({"content": "a default note"})]).await;
+    let ids = app
+        .store_all(
+            &key,
+            vec![
+                json!({"content": "first scratch note", "project_id": "scratch"}),
+                json!({"content": "second scratch note", "project_id": pid}),
+            ],
+        )
+        .await;
+    let keep = app
+        .store_all(&key, vec![json!({"content": "a default note"})])
+        .await;
 
-    let (s, b) = app.delete(&format!("/api/v1/memories/{}", ids[0]), Some(&key)).await;
+    let (s, b) = app
+        .delete(&format!("/api/v1/memories/{}", ids[0]), Some(&key))
+        .await;
     assert_eq!(s, 200, "{b}");
-    assert_eq!(app.get(&format!("/api/v1/memories/{}", ids[0]), Some(&key)).await.0, 404);
-    assert_eq!(app.delete(&format!("/api/v1/memories/{}", ids[0]), Some(&key)).await.0, 404);
+    assert_eq!(
+        app.get(&format!("/api/v1/memories/{}", ids[0]), Some(&key))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.delete(&format!("/api/v1/memories/{}", ids[0]), Some(&key))
+            .await
+            .0,
+        404
+    );
 
     // A pending task of the project goes with it.
     let pending: uuid::Uuid = uuid::Uuid::new_v4();
@@ -216,8 +418,28 @@ async fn deleting_a_memory_and_a_project_removes_them() {
     let (s, b) = app.delete("/api/v1/projects/scratch", Some(&key)).await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["data"]["deleted_memories"], 1);
-    assert_eq!(app.get(&format!("/api/v1/memories/{}", ids[1]), Some(&key)).await.0, 404);
-    assert_eq!(app.get(&format!("/api/v1/tasks/{pending}"), Some(&key)).await.0, 404);
-    assert_eq!(app.get(&format!("/api/v1/memories/{}", keep[0]), Some(&key)).await.0, 200);
-    assert_eq!(app.get(&format!("/api/v1/projects/{pid}"), Some(&key)).await.0, 404);
+    assert_eq!(
+        app.get(&format!("/api/v1/memories/{}", ids[1]), Some(&key))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/tasks/{pending}"), Some(&key))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/memories/{}", keep[0]), Some(&key))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/projects/{pid}"), Some(&key))
+            .await
+            .0,
+        404
+    );
 }

@@ -6,7 +6,9 @@ use common::*;
 use serde_json::{json, Value};
 
 async fn search(app: &TestApp, key: &str, body: Value) -> Vec<Value> {
-    let (s, b) = app.post_json("/api/v1/memories/search", &body, Some(key)).await;
+    let (s, b) = app
+        .post_json("/api/v1/memories/search", &body, Some(key))
+        .await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["success"], true);
     assert_eq!(b["query"], body["query"]);
@@ -14,7 +16,9 @@ async fn search(app: &TestApp, key: &str, body: Value) -> Vec<Value> {
 }
 
 fn contents(hits: &[Value]) -> Vec<String> {
-    hits.iter().map(|h| h["content"].as_str().unwrap().to_string()).collect()
+    hits.iter()
+        .map(|h| h["content"].as_str().unwrap().to_string())
+        .collect()
 }
 
 const CORPUS: [&str; 10] = [
@@ -34,15 +38,26 @@ const CORPUS: [&str; 10] = [
 async fn keyword_only_and_paraphrase_only_matches_are_both_found() {
     let app = spawn_worker_app().await;
     let (_, key) = app.user("finder@example.com").await;
-    app.store_all(&key, CORPUS.iter().map(|c| json!({"content": c})).collect()).await;
+    app.store_all(&key, CORPUS.iter().map(|c| json!({"content": c})).collect())
+        .await;
 
     // A rare token the embedding barely sees.
     let hits = search(&app, &key, json!({"query": "XJ-4471", "limit": 3})).await;
     assert_eq!(contents(&hits)[0], CORPUS[5], "{hits:?}");
     // No word in common with the memory.
-    let hits = search(&app, &key, json!({"query": "what kind of dog does my sibling have", "limit": 3})).await;
+    let hits = search(
+        &app,
+        &key,
+        json!({"query": "what kind of dog does my sibling have", "limit": 3}),
+    )
+    .await;
     assert_eq!(contents(&hits)[0], CORPUS[1], "{hits:?}");
-    let hits = search(&app, &key, json!({"query": "nervous about public speaking", "limit": 3})).await;
+    let hits = search(
+        &app,
+        &key,
+        json!({"query": "nervous about public speaking", "limit": 3}),
+    )
+    .await;
     assert_eq!(contents(&hits)[0], CORPUS[3], "{hits:?}");
 
     // Shape and order.
@@ -51,7 +66,16 @@ async fn keyword_only_and_paraphrase_only_matches_are_both_found() {
     let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
     assert!(scores.iter().all(|s| (0.0..=1.0).contains(s)));
-    for field in ["id", "content", "score", "cognitive_sector", "importance_score", "project_id", "metadata", "created_at"] {
+    for field in [
+        "id",
+        "content",
+        "score",
+        "cognitive_sector",
+        "importance_score",
+        "project_id",
+        "metadata",
+        "created_at",
+    ] {
         assert!(hits[0].as_object().unwrap().contains_key(field), "{field}");
     }
 }
@@ -60,12 +84,33 @@ async fn keyword_only_and_paraphrase_only_matches_are_both_found() {
 async fn search_filters_by_project_and_validates_its_input() {
     let app = spawn_worker_app().await;
     let (_, key) = app.user("filter@example.com").await;
-    app.post_json("/api/v1/projects", &json!({"name": "garden"}), Some(&key)).await;
-    app.store_all(&key, vec![json!({"content": "Tomatoes need staking in June", "project_id": "garden"}), json!({"content": "Tomatoes were on sale at the market"})]).await;
-    let hits = search(&app, &key, json!({"query": "tomatoes", "project_id": "garden"})).await;
+    app.post_json("/api/v1/projects", &json!({"name": "garden"}), Some(&key))
+        .await;
+    app.store_all(
+        &key,
+        vec![
+            json!({"content": "Tomatoes need staking in June", "project_id": "garden"}),
+            json!({"content": "Tomatoes were on sale at the market"}),
+        ],
+    )
+    .await;
+    let hits = search(
+        &app,
+        &key,
+        json!({"query": "tomatoes", "project_id": "garden"}),
+    )
+    .await;
     assert_eq!(contents(&hits), vec!["Tomatoes need staking in June"]);
-    assert_eq!(search(&app, &key, json!({"query": "tomatoes"})).await.len(), 2);
-    assert_eq!(search(&app, &key, json!({"query": "tomatoes", "limit": 1})).await.len(), 1);
+    assert_eq!(
+        search(&app, &key, json!({"query": "tomatoes"})).await.len(),
+        2
+    );
+    assert_eq!(
+        search(&app, &key, json!({"query": "tomatoes", "limit": 1}))
+            .await
+            .len(),
+        1
+    );
 
     for (body, field) in [
         (json!({}), "query"),
@@ -75,21 +120,45 @@ async fn search_filters_by_project_and_validates_its_input() {
         (json!({"query": "x", "limit": 101}), "limit"),
         (json!({"query": "x", "limit": "ten"}), "limit"),
     ] {
-        let (s, b) = app.post_json("/api/v1/memories/search", &body, Some(&key)).await;
+        let (s, b) = app
+            .post_json("/api/v1/memories/search", &body, Some(&key))
+            .await;
         assert_validation(s, &b, &["body", field]);
     }
-    let (s, _) = app.post_json("/api/v1/memories/search", &json!({"query": "x", "project_id": "nope"}), Some(&key)).await;
+    let (s, _) = app
+        .post_json(
+            "/api/v1/memories/search",
+            &json!({"query": "x", "project_id": "nope"}),
+            Some(&key),
+        )
+        .await;
     assert_eq!(s, 404);
-    assert_eq!(app.post_json("/api/v1/memories/search", &json!({"query": "x"}), None).await.0, 401);
+    assert_eq!(
+        app.post_json("/api/v1/memories/search", &json!({"query": "x"}), None)
+            .await
+            .0,
+        401
+    );
 }
 
 /// Random unit vectors for other accounts' memories, written straight into the table (the
 /// pipeline would take an hour for 100,000); our own account's memories go through the pipeline.
 async fn crowd(app: &TestApp, accounts: i64, per_account: i64) {
-    sqlx::query("drop index memories_embedding_idx").execute(&app.pool).await.unwrap();
+    sqlx::query("drop index memories_embedding_idx")
+        .execute(&app.pool)
+        .await
+        .unwrap();
     for a in 0..accounts {
-        let user: i64 = sqlx::query_scalar("insert into users (email) values ($1) returning id").bind(format!("crowd{a}@example.com")).fetch_one(&app.pool).await.unwrap();
-        sqlx::query("insert into projects (user_id, id, name) values ($1, 'default', 'default')").bind(user).execute(&app.pool).await.unwrap();
+        let user: i64 = sqlx::query_scalar("insert into users (email) values ($1) returning id")
+            .bind(format!("crowd{a}@example.com"))
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+        sqlx::query("insert into projects (user_id, id, name) values ($1, 'default', 'default')")
+            .bind(user)
+            .execute(&app.pool)
+            .await
+            .unwrap();
         sqlx::query(
             "insert into memories (id, user_id, project_id, content, cognitive_sector, importance_score, embedding, embedding_model)
              select gen_random_uuid(), $1, 'default', 'crowd memory about dogs and budgets ' || g, 'semantic', 0.5,
@@ -105,30 +174,68 @@ async fn crowd(app: &TestApp, accounts: i64, per_account: i64) {
     // One connection, so the memory setting applies to the build; a light graph (m = 8): this
     // test is about filtering, not about the index's recall.
     let mut conn = app.pool.acquire().await.unwrap();
-    sqlx::query("set maintenance_work_mem = '256MB'").execute(&mut *conn).await.unwrap();
+    sqlx::query("set maintenance_work_mem = '256MB'")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
     sqlx::query("create index memories_embedding_idx on memories using hnsw (embedding vector_cosine_ops) with (m = 8, ef_construction = 24)").execute(&mut *conn).await.unwrap();
-    sqlx::query("analyze memories").execute(&app.pool).await.unwrap();
+    sqlx::query("analyze memories")
+        .execute(&app.pool)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn a_small_account_among_100000_memories_gets_all_its_results() {
     let app = spawn_worker_app().await;
     let (_, key) = app.user("small@example.com").await;
-    let own: Vec<Value> = (0..20).map(|i| json!({"content": format!("note {i}: my dog prefers the budget kibble brand")})).collect();
+    let own: Vec<Value> = (0..20)
+        .map(|i| json!({"content": format!("note {i}: my dog prefers the budget kibble brand")}))
+        .collect();
     let own_ids = app.store_all(&key, own).await;
     crowd(&app, 4, 25_000).await;
 
     for (limit, expected) in [(10, 10), (50, 20), (100, 20)] {
-        let hits = search(&app, &key, json!({"query": "dogs and budgets", "limit": limit})).await;
+        let hits = search(
+            &app,
+            &key,
+            json!({"query": "dogs and budgets", "limit": limit}),
+        )
+        .await;
         assert_eq!(hits.len(), expected, "limit {limit}");
-        assert!(hits.iter().all(|h| own_ids.contains(&h["id"].as_str().unwrap().to_string())), "another account's memory leaked");
+        assert!(
+            hits.iter()
+                .all(|h| own_ids.contains(&h["id"].as_str().unwrap().to_string())),
+            "another account's memory leaked"
+        );
     }
     // A crowd account (25,000 memories: the HNSW path) also gets full pages of its own.
-    let (crowd_user,): (i64,) = sqlx::query_as("select id from users where email = 'crowd0@example.com'").fetch_one(&app.pool).await.unwrap();
-    let key = app::core::keys::create(&app.pool, crowd_user, None, "crowd").await.unwrap().key;
-    let hits = search(&app, &key, json!({"query": "dogs and budgets", "limit": 100})).await;
+    let (crowd_user,): (i64,) =
+        sqlx::query_as("select id from users where email = 'crowd0@example.com'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let key = app::core::keys::create(&app.pool, crowd_user, None, "crowd")
+        .await
+        .unwrap()
+        .key;
+    let hits = search(
+        &app,
+        &key,
+        json!({"query": "dogs and budgets", "limit": 100}),
+    )
+    .await;
     assert_eq!(hits.len(), 100);
-    let ids: Vec<uuid::Uuid> = hits.iter().map(|h| h["id"].as_str().unwrap().parse().unwrap()).collect();
-    let theirs: i64 = sqlx::query_scalar("select count(*) from memories where id = any($1) and user_id = $2").bind(&ids).bind(crowd_user).fetch_one(&app.pool).await.unwrap();
+    let ids: Vec<uuid::Uuid> = hits
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    let theirs: i64 =
+        sqlx::query_scalar("select count(*) from memories where id = any($1) and user_id = $2")
+            .bind(&ids)
+            .bind(crowd_user)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
     assert_eq!(theirs, 100);
 }

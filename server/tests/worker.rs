@@ -10,11 +10,16 @@ use serde_json::json;
 
 #[tokio::test]
 async fn a_failed_first_try_is_retried_and_stores_one_memory() {
-    let mut opts = Opts { worker: true, ..Opts::default() };
+    let mut opts = Opts {
+        worker: true,
+        ..Opts::default()
+    };
     opts.ingest.fail_first_tries = 1;
     let app = spawn_with(opts).await;
     let (_, key) = app.user("retry@example.com").await;
-    let task_id = app.remember(&key, json!({"content": "the first try of this one fails"})).await;
+    let task_id = app
+        .remember(&key, json!({"content": "the first try of this one fails"}))
+        .await;
     let task = app.wait_task(&key, &task_id).await;
     assert_eq!(task["status"], "completed", "{task}");
     let (attempts, memories): (i32, i64) = sqlx::query_as("select attempts, (select count(*) from memories where task_id = tasks.id) from tasks where id = $1::uuid")
@@ -27,18 +32,29 @@ async fn a_failed_first_try_is_retried_and_stores_one_memory() {
 
 #[tokio::test]
 async fn the_last_failure_leaves_the_task_failed_with_a_readable_error() {
-    let mut opts = Opts { worker: true, ..Opts::default() };
+    let mut opts = Opts {
+        worker: true,
+        ..Opts::default()
+    };
     opts.ingest.fail_first_tries = 100;
     opts.ingest.max_tries = 3;
     let app = spawn_with(opts).await;
     let (_, key) = app.user("fail@example.com").await;
-    let task_id = app.remember(&key, json!({"content": "this one never makes it"})).await;
+    let task_id = app
+        .remember(&key, json!({"content": "this one never makes it"}))
+        .await;
     let task = app.wait_task(&key, &task_id).await;
     assert_eq!(task["status"], "failed", "{task}");
     let error = task["error"].as_str().unwrap();
-    assert!(error.contains("after 3 attempts") && error.contains("injected transient failure"), "{error}");
+    assert!(
+        error.contains("after 3 attempts") && error.contains("injected transient failure"),
+        "{error}"
+    );
     assert!(task["memory_id"].is_null());
-    let memories: i64 = sqlx::query_scalar("select count(*) from memories").fetch_one(&app.pool).await.unwrap();
+    let memories: i64 = sqlx::query_scalar("select count(*) from memories")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
     assert_eq!(memories, 0);
 }
 
@@ -58,7 +74,11 @@ fn worker_process(db_url: &str, delay_ms: u64) -> Child {
 }
 
 async fn task_status(app: &TestApp, task_id: &str) -> String {
-    sqlx::query_scalar("select status from tasks where id = $1::uuid").bind(task_id).fetch_one(&app.pool).await.unwrap()
+    sqlx::query_scalar("select status from tasks where id = $1::uuid")
+        .bind(task_id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -66,11 +86,16 @@ async fn a_worker_killed_mid_job_leaves_the_task_to_the_next_worker_and_one_memo
     let app = spawn_app().await; // the API only; workers are separate processes
     let (_, key) = app.user("crash@example.com").await;
     let mut slow = worker_process(&app.db_url, 60_000);
-    let task_id = app.remember(&key, json!({"content": "a memory whose first worker dies"})).await;
+    let task_id = app
+        .remember(&key, json!({"content": "a memory whose first worker dies"}))
+        .await;
 
     let start = Instant::now();
     while task_status(&app, &task_id).await != "processing" {
-        assert!(start.elapsed() < Duration::from_secs(60), "the worker never picked the job up");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the worker never picked the job up"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     slow.kill().expect("SIGKILL"); // Child::kill sends SIGKILL on Unix
@@ -82,10 +107,22 @@ async fn a_worker_killed_mid_job_leaves_the_task_to_the_next_worker_and_one_memo
     fresh.kill().ok();
     fresh.wait().ok();
     assert_eq!(task["status"], "completed", "{task}");
-    let memories: i64 = sqlx::query_scalar("select count(*) from memories where task_id = $1::uuid").bind(&task_id).fetch_one(&app.pool).await.unwrap();
+    let memories: i64 =
+        sqlx::query_scalar("select count(*) from memories where task_id = $1::uuid")
+            .bind(&task_id)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
     assert_eq!(memories, 1);
-    let attempts: i32 = sqlx::query_scalar("select attempts from tasks where id = $1::uuid").bind(&task_id).fetch_one(&app.pool).await.unwrap();
-    assert_eq!(attempts, 2, "one delivery to the killed worker, one to the fresh one");
+    let attempts: i32 = sqlx::query_scalar("select attempts from tasks where id = $1::uuid")
+        .bind(&task_id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        attempts, 2,
+        "one delivery to the killed worker, one to the fresh one"
+    );
 }
 
 #[tokio::test]
@@ -96,7 +133,13 @@ async fn two_worker_processes_never_process_one_job_twice() {
     let mut b = worker_process(&app.db_url, 0);
     let mut tasks = vec![];
     for i in 0..40 {
-        tasks.push(app.remember(&key, json!({"content": format!("shared queue memory number {i} about topic {}", i % 7)})).await);
+        tasks.push(
+            app.remember(
+                &key,
+                json!({"content": format!("shared queue memory number {i} about topic {}", i % 7)}),
+            )
+            .await,
+        );
     }
     for t in &tasks {
         assert_eq!(app.wait_task(&key, t).await["status"], "completed");

@@ -8,8 +8,8 @@ use sqlx::{PgConnection, PgPool};
 
 use super::crypto;
 use super::error::{AppError, AppResult};
-use super::mail::{self, ClaimMail};
 use super::machines;
+use super::mail::{self, ClaimMail};
 use super::state::Settings;
 use super::time::iso;
 
@@ -48,17 +48,25 @@ async fn counts(db: &mut PgConnection, machine_id: i64) -> AppResult<(i64, i64)>
 }
 
 /// Starts (or restarts) the claim of a machine by the account of `email`, and mails the code.
-pub async fn init(pool: &PgPool, settings: &Settings, fingerprint: &str, email: &str) -> AppResult<ClaimStarted> {
+pub async fn init(
+    pool: &PgPool,
+    settings: &Settings,
+    fingerprint: &str,
+    email: &str,
+) -> AppResult<ClaimStarted> {
     let mut tx = pool.begin().await?;
-    let (machine_id, claimed_by, _, hostname, platform) = machines::find(&mut *tx, fingerprint).await?.ok_or_else(|| AppError::not_found("Machine"))?;
+    let (machine_id, claimed_by, _, hostname, platform) = machines::find(&mut *tx, fingerprint)
+        .await?
+        .ok_or_else(|| AppError::not_found("Machine"))?;
     if claimed_by.is_some() {
         return Err(AppError::Conflict("Machine already claimed".into()));
     }
-    let human_id: i64 = sqlx::query_scalar("select id from users where email = $1 and not is_machine")
-        .bind(email.to_lowercase())
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| AppError::not_found("User"))?;
+    let human_id: i64 =
+        sqlx::query_scalar("select id from users where email = $1 and not is_machine")
+            .bind(email.to_lowercase())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| AppError::not_found("User"))?;
     let code = crypto::new_verification_code();
     let expires_at = Utc::now() + Duration::seconds(settings.claim_ttl_secs);
     sqlx::query(
@@ -79,14 +87,20 @@ pub async fn init(pool: &PgPool, settings: &Settings, fingerprint: &str, email: 
         platform: platform.unwrap_or_else(|| "unknown platform".into()),
         projects,
         memories,
-        link: format!("{}/claim?machine={machine_id}", settings.public_url.trim_end_matches('/')),
+        link: format!(
+            "{}/claim?machine={machine_id}",
+            settings.public_url.trim_end_matches('/')
+        ),
         expires_minutes: settings.claim_ttl_secs / 60,
     };
     // The message is written (dev mailbox) or sent before the claim is committed: a claim whose
     // code could not be delivered does not stay live.
     mail::send_claim_code(&mut tx, settings, email, &message).await?;
     tx.commit().await?;
-    Ok(ClaimStarted { expires_at: iso(expires_at), verification_code: settings.smtp_url.is_none().then_some(code) })
+    Ok(ClaimStarted {
+        expires_at: iso(expires_at),
+        verification_code: settings.smtp_url.is_none().then_some(code),
+    })
 }
 
 /// Which claim a verification names.
@@ -103,7 +117,12 @@ pub async fn verify(pool: &PgPool, claim: ClaimRef<'_>, code: &str) -> AppResult
     let invalid = || AppError::BadRequest("Invalid or expired verification code".into());
     let mut tx = pool.begin().await?;
     let machine_id = match claim {
-        ClaimRef::Fingerprint(fp) => machines::find(&mut *tx, fp).await?.ok_or_else(|| AppError::not_found("Machine"))?.0,
+        ClaimRef::Fingerprint(fp) => {
+            machines::find(&mut *tx, fp)
+                .await?
+                .ok_or_else(|| AppError::not_found("Machine"))?
+                .0
+        }
         ClaimRef::ForHuman { machine_id, .. } => machine_id,
     };
     let row: Option<(i64, Vec<u8>, DateTime<Utc>, i32)> =
@@ -111,8 +130,13 @@ pub async fn verify(pool: &PgPool, claim: ClaimRef<'_>, code: &str) -> AppResult
             .bind(machine_id)
             .fetch_optional(&mut *tx)
             .await?;
-    let Some((human_id, stored, expires_at, failed)) = row else { return Err(invalid()) };
-    if let ClaimRef::ForHuman { human_id: asking, .. } = claim {
+    let Some((human_id, stored, expires_at, failed)) = row else {
+        return Err(invalid());
+    };
+    if let ClaimRef::ForHuman {
+        human_id: asking, ..
+    } = claim
+    {
         if asking != human_id {
             return Err(AppError::not_found("Claim"));
         }
@@ -123,19 +147,30 @@ pub async fn verify(pool: &PgPool, claim: ClaimRef<'_>, code: &str) -> AppResult
     if !crypto::constant_time_eq(&stored, &code_hash(machine_id, code)) {
         let failed = failed + 1;
         if failed >= MAX_WRONG_CODES {
-            sqlx::query("delete from claims where machine_id = $1").bind(machine_id).execute(&mut *tx).await?;
+            sqlx::query("delete from claims where machine_id = $1")
+                .bind(machine_id)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             return Err(AppError::RateLimited {
-                message: "Too many wrong verification codes: the claim is void, start a new one".into(),
+                message: "Too many wrong verification codes: the claim is void, start a new one"
+                    .into(),
                 retry_after_secs: 60,
             });
         }
-        sqlx::query("update claims set failed_attempts = $2 where machine_id = $1").bind(machine_id).bind(failed).execute(&mut *tx).await?;
+        sqlx::query("update claims set failed_attempts = $2 where machine_id = $1")
+            .bind(machine_id)
+            .bind(failed)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         return Err(invalid());
     }
     merge(&mut tx, machine_id, human_id).await?;
-    sqlx::query("delete from claims where machine_id = $1").bind(machine_id).execute(&mut *tx).await?;
+    sqlx::query("delete from claims where machine_id = $1")
+        .bind(machine_id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(human_id)
 }
@@ -151,7 +186,10 @@ async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()>
             .execute(&mut *tx)
             .await?;
     }
-    sqlx::query("delete from projects where user_id = $1 and id = 'default'").bind(machine).execute(&mut *tx).await?;
+    sqlx::query("delete from projects where user_id = $1 and id = 'default'")
+        .bind(machine)
+        .execute(&mut *tx)
+        .await?;
     // Clashing names (and, improbably, ids) get a short suffix.
     let clashing: Vec<(String, String, bool, bool)> = sqlx::query_as(
         "select p.id, p.name,
@@ -168,8 +206,16 @@ async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()>
             continue;
         }
         let suffix = crypto::random_token(4).to_lowercase();
-        let new_name = if name_clash { format!("{}-{suffix}", name.chars().take(59).collect::<String>()) } else { name };
-        let new_id = if id_clash { format!("{id}-{suffix}") } else { id.clone() };
+        let new_name = if name_clash {
+            format!("{}-{suffix}", name.chars().take(59).collect::<String>())
+        } else {
+            name
+        };
+        let new_id = if id_clash {
+            format!("{id}-{suffix}")
+        } else {
+            id.clone()
+        };
         // Memories and tasks follow the id change (on update cascade).
         sqlx::query("update projects set name = $3, id = $4 where user_id = $1 and id = $2")
             .bind(machine)
@@ -180,9 +226,21 @@ async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()>
             .await?;
     }
     // Projects move with their memories and tasks (on update cascade), then the keys.
-    sqlx::query("update projects set user_id = $2 where user_id = $1").bind(machine).bind(human).execute(&mut *tx).await?;
-    sqlx::query("update api_keys set user_id = $2 where user_id = $1").bind(machine).bind(human).execute(&mut *tx).await?;
-    sqlx::query("update users set claimed_by = $2, claimed_at = now() where id = $1").bind(machine).bind(human).execute(&mut *tx).await?;
+    sqlx::query("update projects set user_id = $2 where user_id = $1")
+        .bind(machine)
+        .bind(human)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("update api_keys set user_id = $2 where user_id = $1")
+        .bind(machine)
+        .bind(human)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("update users set claimed_by = $2, claimed_at = now() where id = $1")
+        .bind(machine)
+        .bind(human)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 
@@ -201,6 +259,15 @@ pub async fn pending_for(pool: &PgPool, human_id: i64) -> AppResult<Vec<PendingC
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(machine_id, hostname, platform, projects, memories, expires_at)| PendingClaim { machine_id, hostname, platform, projects, memories, expires_at: iso(expires_at) })
+        .map(
+            |(machine_id, hostname, platform, projects, memories, expires_at)| PendingClaim {
+                machine_id,
+                hostname,
+                platform,
+                projects,
+                memories,
+                expires_at: iso(expires_at),
+            },
+        )
         .collect())
 }

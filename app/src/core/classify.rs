@@ -9,7 +9,13 @@ use serde::{Deserialize, Serialize};
 use super::embed::{cosine, EmbedderHandle, DIM, MODEL_NAME};
 
 /// The five cognitive sectors, in a fixed order.
-pub const SECTORS: [&str; 5] = ["episodic", "semantic", "procedural", "emotional", "reflective"];
+pub const SECTORS: [&str; 5] = [
+    "episodic",
+    "semantic",
+    "procedural",
+    "emotional",
+    "reflective",
+];
 
 /// How much one sector's cues add to its similarity.
 const CUE_BONUS: f32 = 0.04;
@@ -49,7 +55,10 @@ impl Centroids {
             let norm = s.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
             s.iter_mut().for_each(|x| *x /= norm);
         }
-        Self { model: MODEL_NAME.into(), vectors: sums }
+        Self {
+            model: MODEL_NAME.into(),
+            vectors: sums,
+        }
     }
 
     /// The sector of a text: highest similarity to a centroid plus the cue bonus.
@@ -88,7 +97,10 @@ fn read_cache(path: &Path) -> Option<Centroids> {
 }
 
 fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric() && c != '\'').filter(|w| !w.is_empty()).map(|w| w.to_lowercase()).collect()
+    text.split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_lowercase())
+        .collect()
 }
 
 fn has_phrase(lower: &str, phrases: &[&str]) -> bool {
@@ -100,13 +112,116 @@ pub fn cue_scores(text: &str) -> [f32; 5] {
     let lower = format!(" {} ", text.to_lowercase());
     let ws = words(text);
     let any_word = |list: &[&str]| ws.iter().any(|w| list.contains(&w.as_str()));
-    let episodic = has_phrase(&lower, &[" yesterday", " last week", " last month", " last year", " this morning", " tonight", " last night", " ago ", " ago.", " on monday", " on tuesday", " on wednesday", " on thursday", " on friday", " on saturday", " on sunday", " last friday", " earlier today"]);
+    let episodic = has_phrase(
+        &lower,
+        &[
+            " yesterday",
+            " last week",
+            " last month",
+            " last year",
+            " this morning",
+            " tonight",
+            " last night",
+            " ago ",
+            " ago.",
+            " on monday",
+            " on tuesday",
+            " on wednesday",
+            " on thursday",
+            " on friday",
+            " on saturday",
+            " on sunday",
+            " last friday",
+            " earlier today",
+        ],
+    );
     let first = ws.first().map(String::as_str).unwrap_or_default();
-    let imperative = ["run", "use", "install", "open", "click", "set", "add", "create", "restart", "press", "type", "select", "configure", "to", "first", "always", "never"].contains(&first);
-    let procedural = imperative || has_phrase(&lower, &[" step ", " steps", "how to", " then ", " first,", " first ", " next,", " finally,", " make sure"]);
-    let emotional = any_word(&["love", "loves", "hate", "hates", "feel", "feels", "felt", "happy", "sad", "angry", "anxious", "afraid", "excited", "frustrated", "prefer", "prefers", "enjoy", "enjoys", "dislike", "upset", "worried", "proud", "lonely", "annoyed"]);
-    let reflective = has_phrase(&lower, &["looking back", "in hindsight", "i realized", "i realised", "i've learned", "i have learned", "lesson", "overall", "in retrospect", "the pattern", "i notice", "on reflection", "takeaway"]);
-    [episodic as u8 as f32, 0.0, procedural as u8 as f32, emotional as u8 as f32, reflective as u8 as f32]
+    let imperative = [
+        "run",
+        "use",
+        "install",
+        "open",
+        "click",
+        "set",
+        "add",
+        "create",
+        "restart",
+        "press",
+        "type",
+        "select",
+        "configure",
+        "to",
+        "first",
+        "always",
+        "never",
+    ]
+    .contains(&first);
+    let procedural = imperative
+        || has_phrase(
+            &lower,
+            &[
+                " step ",
+                " steps",
+                "how to",
+                " then ",
+                " first,",
+                " first ",
+                " next,",
+                " finally,",
+                " make sure",
+            ],
+        );
+    let emotional = any_word(&[
+        "love",
+        "loves",
+        "hate",
+        "hates",
+        "feel",
+        "feels",
+        "felt",
+        "happy",
+        "sad",
+        "angry",
+        "anxious",
+        "afraid",
+        "excited",
+        "frustrated",
+        "prefer",
+        "prefers",
+        "enjoy",
+        "enjoys",
+        "dislike",
+        "upset",
+        "worried",
+        "proud",
+        "lonely",
+        "annoyed",
+    ]);
+    let reflective = has_phrase(
+        &lower,
+        &[
+            "looking back",
+            "in hindsight",
+            "i realized",
+            "i realised",
+            "i've learned",
+            "i have learned",
+            "lesson",
+            "overall",
+            "in retrospect",
+            "the pattern",
+            "i notice",
+            "on reflection",
+            "takeaway",
+        ],
+    );
+    [
+        episodic as u8 as f32,
+        0.0,
+        procedural as u8 as f32,
+        emotional as u8 as f32,
+        reflective as u8 as f32,
+    ]
 }
 
 /// `importance_score` in [0, 1], the sum of:
@@ -121,16 +236,68 @@ pub fn importance(sector: usize, text: &str, max_similarity: Option<f32>) -> f32
     let mut score = PRIOR[sector];
     let ws = words(text);
     let raw_words: Vec<&str> = text.split_whitespace().collect();
-    let names = raw_words.iter().skip(1).filter(|w| w.chars().next().is_some_and(|c| c.is_uppercase())).count();
-    let numbers = raw_words.iter().filter(|w| w.chars().any(|c| c.is_ascii_digit())).count();
-    let months = ws.iter().filter(|w| ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"].contains(&w.as_str())).count();
+    let names = raw_words
+        .iter()
+        .skip(1)
+        .filter(|w| w.chars().next().is_some_and(|c| c.is_uppercase()))
+        .count();
+    let numbers = raw_words
+        .iter()
+        .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .count();
+    let months = ws
+        .iter()
+        .filter(|w| {
+            [
+                "january",
+                "february",
+                "march",
+                "april",
+                "may",
+                "june",
+                "july",
+                "august",
+                "september",
+                "october",
+                "november",
+                "december",
+                "monday",
+                "tuesday",
+                "wednesday",
+                "thursday",
+                "friday",
+                "saturday",
+                "sunday",
+            ]
+            .contains(&w.as_str())
+        })
+        .count();
     score += (0.05 * (names.min(2) + numbers.min(2) + months.min(1)) as f32).min(0.15);
-    let salient = ["remember", "important", "allergic", "allergy", "deadline", "never", "always", "must", "critical", "urgent", "password", "birthday", "anniversary", "don't forget", "do not forget"];
+    let salient = [
+        "remember",
+        "important",
+        "allergic",
+        "allergy",
+        "deadline",
+        "never",
+        "always",
+        "must",
+        "critical",
+        "urgent",
+        "password",
+        "birthday",
+        "anniversary",
+        "don't forget",
+        "do not forget",
+    ];
     let lower = text.to_lowercase();
     if salient.iter().any(|s| lower.contains(s)) {
         score += 0.2;
     }
-    let chit_chat = ["ok", "okay", "thanks", "thank", "you", "lol", "hi", "hello", "hey", "cool", "nice", "sure", "yes", "no", "great", "bye", "k", "thx", "ty"];
+    let chit_chat = [
+        "ok", "okay", "thanks", "thank", "you", "lol", "hi", "hello", "hey", "cool", "nice",
+        "sure", "yes", "no", "great", "bye", "k", "thx", "ty",
+    ];
     if ws.len() <= 2 || (ws.len() <= 5 && ws.iter().all(|w| chit_chat.contains(&w.as_str()))) {
         score -= 0.3;
     }
@@ -144,7 +311,9 @@ pub fn importance(sector: usize, text: &str, max_similarity: Option<f32>) -> f32
 
 /// Held-out accuracy: every fifth example of each sector is held out, the centroids learn from
 /// the rest (and the prototypes), and the held-out rows are classified. Returns (correct, total).
-pub async fn held_out_accuracy(embedder: &EmbedderHandle) -> anyhow::Result<(usize, usize, Vec<[usize; 5]>)> {
+pub async fn held_out_accuracy(
+    embedder: &EmbedderHandle,
+) -> anyhow::Result<(usize, usize, Vec<[usize; 5]>)> {
     let train = parse_tsv(TRAIN_TSV);
     let protos = parse_tsv(PROTOS_TSV);
     let mut seen = [0usize; 5];
@@ -160,7 +329,13 @@ pub async fn held_out_accuracy(embedder: &EmbedderHandle) -> anyhow::Result<(usi
     let embed = |rows: &[(usize, String)]| rows.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>();
     let fit_vecs = embedder.embed_many(&embed(&fit_rows)).await?;
     let test_vecs = embedder.embed_many(&embed(&test_rows)).await?;
-    let centroids = Centroids::fit(&fit_rows.iter().map(|(s, _)| *s).zip(fit_vecs).collect::<Vec<_>>());
+    let centroids = Centroids::fit(
+        &fit_rows
+            .iter()
+            .map(|(s, _)| *s)
+            .zip(fit_vecs)
+            .collect::<Vec<_>>(),
+    );
     let mut confusion = vec![[0usize; 5]; 5];
     let mut correct = 0;
     for ((sector, text), v) in test_rows.iter().zip(&test_vecs) {
@@ -189,7 +364,10 @@ mod tests {
         let allergy = importance(1, "Remember: Sam is allergic to peanuts since 2019", None);
         let thanks = importance(3, "ok thanks", None);
         let plain = importance(1, "the office has a coffee machine", Some(0.5));
-        assert!(allergy > plain && plain > thanks, "{allergy} {plain} {thanks}");
+        assert!(
+            allergy > plain && plain > thanks,
+            "{allergy} {plain} {thanks}"
+        );
         assert!((0.0..=1.0).contains(&allergy) && (0.0..=1.0).contains(&thanks));
         assert!(importance(1, "the office has a coffee machine", Some(0.99)) < plain);
     }
@@ -199,7 +377,10 @@ mod tests {
         assert_eq!(cue_scores("Yesterday I met Ann")[0], 1.0);
         assert_eq!(cue_scores("Run cargo build, then restart")[2], 1.0);
         assert_eq!(cue_scores("I love hiking")[3], 1.0);
-        assert_eq!(cue_scores("Looking back, the rewrite was a mistake")[4], 1.0);
+        assert_eq!(
+            cue_scores("Looking back, the rewrite was a mistake")[4],
+            1.0
+        );
     }
 
     #[tokio::test]
@@ -208,6 +389,9 @@ mod tests {
         let (correct, total, _) = held_out_accuracy(&embedder).await.unwrap();
         assert_eq!(total, 40);
         // Chance is 20 %; the centroid classifier must be far better than that.
-        assert!(correct * 100 / total >= 70, "held-out accuracy {correct}/{total}");
+        assert!(
+            correct * 100 / total >= 70,
+            "held-out accuracy {correct}/{total}"
+        );
     }
 }

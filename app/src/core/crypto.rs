@@ -20,7 +20,13 @@ pub fn hash_password(password: &str) -> anyhow::Result<String> {
 
 /// Checks a password against its stored PHC string (blocking).
 pub fn verify_password(password: &str, phc: &str) -> bool {
-    PasswordHash::new(phc).map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok()).unwrap_or(false)
+    PasswordHash::new(phc)
+        .map(|parsed| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
+        .unwrap_or(false)
 }
 
 /// A PHC hash of a random password, verified against when the e-mail is unknown so that a login
@@ -40,15 +46,28 @@ struct Claims {
 /// Issues an HS256 access token for a user.
 pub fn issue_token(secret: &[u8], user_id: i64, ttl_secs: i64) -> anyhow::Result<String> {
     let now = chrono::Utc::now().timestamp();
-    let claims = Claims { sub: user_id.to_string(), iat: now, exp: now + ttl_secs };
-    Ok(encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret))?)
+    let claims = Claims {
+        sub: user_id.to_string(),
+        iat: now,
+        exp: now + ttl_secs,
+    };
+    Ok(encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret),
+    )?)
 }
 
 /// The user id of a valid, unexpired token.
 pub fn verify_token(secret: &[u8], token: &str) -> Option<i64> {
     let mut validation = Validation::new(Algorithm::HS256);
     validation.leeway = 0;
-    decode::<Claims>(token, &DecodingKey::from_secret(secret), &validation).ok()?.claims.sub.parse().ok()
+    decode::<Claims>(token, &DecodingKey::from_secret(secret), &validation)
+        .ok()?
+        .claims
+        .sub
+        .parse()
+        .ok()
 }
 
 /// A random base62 string from the thread's CSPRNG.

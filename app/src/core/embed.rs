@@ -32,19 +32,38 @@ impl Embedder {
     pub fn load(dir: &Path) -> anyhow::Result<Self> {
         let device = Device::Cpu;
         let config: Config = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("config.json")).with_context(|| format!("reading {}/config.json (run `make setup`)", dir.display()))?,
+            &std::fs::read_to_string(dir.join("config.json")).with_context(|| {
+                format!("reading {}/config.json (run `make setup`)", dir.display())
+            })?,
         )?;
-        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| anyhow!("loading tokenizer: {e}"))?;
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| anyhow!("loading tokenizer: {e}"))?;
         // The shipped tokenizer pads and truncates to a fixed 128: pad to the longest text of the
         // batch instead, and keep up to 256 tokens.
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..Default::default()
+        }));
         tokenizer
-            .with_truncation(Some(TruncationParams { max_length: MAX_TOKENS, ..Default::default() }))
+            .with_truncation(Some(TruncationParams {
+                max_length: MAX_TOKENS,
+                ..Default::default()
+            }))
             .map_err(|e| anyhow!("setting truncation: {e}"))?;
         // SAFETY: the weights file is memory-mapped read-only and not modified while mapped.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &device)? };
+        let vb = unsafe {
+            VarBuilder::from_mmaped_safetensors(
+                &[dir.join("model.safetensors")],
+                DType::F32,
+                &device,
+            )?
+        };
         let model = BertModel::load(vb, &config)?;
-        Ok(Self { model, tokenizer, device })
+        Ok(Self {
+            model,
+            tokenizer,
+            device,
+        })
     }
 
     /// Embeds a batch of texts (blocking).
@@ -52,7 +71,10 @@ impl Embedder {
         if texts.is_empty() {
             return Ok(vec![]);
         }
-        let encodings = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| anyhow!("tokenizing: {e}"))?;
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| anyhow!("tokenizing: {e}"))?;
         let len = encodings[0].get_ids().len();
         let n = encodings.len();
         let mut ids = Vec::with_capacity(n * len);
@@ -92,7 +114,12 @@ pub struct EmbedderHandle {
 
 impl EmbedderHandle {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { inner: Arc::new(Inner { dir: dir.into(), queue: OnceLock::new() }) }
+        Self {
+            inner: Arc::new(Inner {
+                dir: dir.into(),
+                queue: OnceLock::new(),
+            }),
+        }
     }
 
     /// The model directory.
@@ -104,7 +131,10 @@ impl EmbedderHandle {
         self.inner.queue.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             let dir = self.inner.dir.clone();
-            std::thread::Builder::new().name("embedder".into()).spawn(move || run_model(dir, rx)).expect("spawning the embedder thread");
+            std::thread::Builder::new()
+                .name("embedder".into())
+                .spawn(move || run_model(dir, rx))
+                .expect("spawning the embedder thread");
             tx
         })
     }
@@ -112,8 +142,12 @@ impl EmbedderHandle {
     /// Embeds one text; concurrent calls are batched together.
     pub async fn embed(&self, text: &str) -> anyhow::Result<Vec<f32>> {
         let (tx, rx) = oneshot::channel();
-        self.queue().send((text.to_string(), tx)).map_err(|_| anyhow!("embedder thread stopped"))?;
-        rx.await.map_err(|_| anyhow!("embedder thread stopped"))?.map_err(|e| anyhow!(e))
+        self.queue()
+            .send((text.to_string(), tx))
+            .map_err(|_| anyhow!("embedder thread stopped"))?;
+        rx.await
+            .map_err(|_| anyhow!("embedder thread stopped"))?
+            .map_err(|e| anyhow!(e))
     }
 
     /// Embeds many texts, batched.
@@ -172,7 +206,12 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 pub fn default_model_dir() -> PathBuf {
     std::env::var("ENGRAM_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2")))
+        .unwrap_or_else(|_| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../models/all-MiniLM-L6-v2"
+            ))
+        })
 }
 
 #[cfg(test)]
@@ -182,7 +221,8 @@ mod tests {
     /// Parity with sentence-transformers on the shared golden set.
     #[test]
     fn vectors_match_the_reference_implementation() {
-        let golden: serde_json::Value = serde_json::from_str(include_str!("../../data/embedding_golden.json")).unwrap();
+        let golden: serde_json::Value =
+            serde_json::from_str(include_str!("../../data/embedding_golden.json")).unwrap();
         let texts: Vec<String> = serde_json::from_value(golden["texts"].clone()).unwrap();
         let reference = &golden["all-MiniLM-L6-v2"];
         let vectors: Vec<Vec<f32>> = serde_json::from_value(reference["vectors"].clone()).unwrap();
@@ -190,11 +230,17 @@ mod tests {
         // Once as a batch (padding exercised), once one by one.
         let batched = model.embed_batch(&texts).unwrap();
         for (i, text) in texts.iter().enumerate() {
-            let single = model.embed_batch(std::slice::from_ref(text)).unwrap().remove(0);
+            let single = model
+                .embed_batch(std::slice::from_ref(text))
+                .unwrap()
+                .remove(0);
             assert_eq!(single.len(), DIM);
             let c1 = cosine(&single, &vectors[i]);
             let c2 = cosine(&batched[i], &vectors[i]);
-            assert!(c1 > 0.9999 && c2 > 0.9999, "text {i} {text:?}: cosine {c1} / {c2}");
+            assert!(
+                c1 > 0.9999 && c2 > 0.9999,
+                "text {i} {text:?}: cosine {c1} / {c2}"
+            );
         }
     }
 }

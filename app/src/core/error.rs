@@ -37,7 +37,11 @@ impl FieldError {
     }
     /// The last element of `loc`, the field's name, for showing an error next to a form field.
     pub fn field(&self) -> String {
-        self.loc.last().and_then(|v| v.as_str()).unwrap_or_default().to_string()
+        self.loc
+            .last()
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
     }
 }
 
@@ -57,7 +61,10 @@ pub enum AppError {
     #[error("request body too large")]
     PayloadTooLarge,
     #[error("{message}")]
-    RateLimited { message: String, retry_after_secs: u64 },
+    RateLimited {
+        message: String,
+        retry_after_secs: u64,
+    },
     #[error("database unavailable")]
     Unavailable,
     #[error(transparent)]
@@ -91,7 +98,9 @@ impl AppError {
         match self {
             AppError::Validation(errors) => json!(errors),
             AppError::Internal(_) => json!("Internal server error"),
-            AppError::Unavailable => json!("Service temporarily unavailable: the database cannot be reached"),
+            AppError::Unavailable => {
+                json!("Service temporarily unavailable: the database cannot be reached")
+            }
             AppError::PayloadTooLarge => json!("Request body too large (limit 1 MiB)"),
             other => json!(other.to_string()),
         }
@@ -99,7 +108,9 @@ impl AppError {
     /// A one-line message for a portal page.
     pub fn user_message(&self) -> String {
         match self {
-            AppError::Validation(errors) => errors.first().map(|e| e.msg.clone()).unwrap_or_default(),
+            AppError::Validation(errors) => {
+                errors.first().map(|e| e.msg.clone()).unwrap_or_default()
+            }
             other => other.detail().as_str().unwrap_or_default().to_string(),
         }
     }
@@ -128,10 +139,16 @@ impl IntoResponse for AppError {
         if let AppError::Internal(cause) = &self {
             tracing::error!(error = ?cause, "internal error");
         }
-        let mut response = (status, axum::Json(json!({"success": false, "detail": self.detail()}))).into_response();
+        let mut response = (
+            status,
+            axum::Json(json!({"success": false, "detail": self.detail()})),
+        )
+            .into_response();
         let headers = response.headers_mut();
         match &self {
-            AppError::RateLimited { retry_after_secs, .. } => {
+            AppError::RateLimited {
+                retry_after_secs, ..
+            } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             }
             AppError::Unavailable => {

@@ -31,7 +31,12 @@ pub struct IngestOptions {
 
 impl Default for IngestOptions {
     fn default() -> Self {
-        Self { max_tries: 4, backoff: Duration::from_millis(250), fail_first_tries: 0, delay_after_start: Duration::ZERO }
+        Self {
+            max_tries: 4,
+            backoff: Duration::from_millis(250),
+            fail_first_tries: 0,
+            delay_after_start: Duration::ZERO,
+        }
     }
 }
 
@@ -46,12 +51,27 @@ pub struct IngestContext {
 }
 
 impl IngestContext {
-    pub fn new(pool: PgPool, embedder: EmbedderHandle, http: reqwest::Client, llm: Option<LlmSettings>, options: IngestOptions) -> Arc<Self> {
-        Arc::new(Self { pool, embedder, http, llm, options, centroids: OnceCell::new() })
+    pub fn new(
+        pool: PgPool,
+        embedder: EmbedderHandle,
+        http: reqwest::Client,
+        llm: Option<LlmSettings>,
+        options: IngestOptions,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            pool,
+            embedder,
+            http,
+            llm,
+            options,
+            centroids: OnceCell::new(),
+        })
     }
 
     async fn centroids(&self) -> anyhow::Result<&Centroids> {
-        self.centroids.get_or_try_init(|| Centroids::load_or_fit(&self.embedder)).await
+        self.centroids
+            .get_or_try_init(|| Centroids::load_or_fit(&self.embedder))
+            .await
     }
 
     /// Loads the model and the centroids before the first job.
@@ -82,8 +102,17 @@ pub async fn process(ctx: &IngestContext, task_id: Uuid) -> anyhow::Result<()> {
     .fetch_optional(&ctx.pool)
     .await?;
     // Already completed or failed, or deleted with its project: nothing to do.
-    let Some((user_id, project_id, content, metadata, agent_id, attempts)) = claimed else { return Ok(()) };
-    let task = Claimed { user_id, project_id, content, metadata, agent_id, attempts };
+    let Some((user_id, project_id, content, metadata, agent_id, attempts)) = claimed else {
+        return Ok(());
+    };
+    let task = Claimed {
+        user_id,
+        project_id,
+        content,
+        metadata,
+        agent_id,
+        attempts,
+    };
     if !ctx.options.delay_after_start.is_zero() {
         tokio::time::sleep(ctx.options.delay_after_start).await;
     }
@@ -118,7 +147,12 @@ pub async fn process(ctx: &IngestContext, task_id: Uuid) -> anyhow::Result<()> {
     }
 }
 
-async fn try_once(ctx: &IngestContext, task_id: Uuid, task: &Claimed, try_number: u32) -> anyhow::Result<()> {
+async fn try_once(
+    ctx: &IngestContext,
+    task_id: Uuid,
+    task: &Claimed,
+    try_number: u32,
+) -> anyhow::Result<()> {
     if try_number <= ctx.options.fail_first_tries {
         anyhow::bail!("injected transient failure (try {try_number})");
     }
@@ -126,7 +160,9 @@ async fn try_once(ctx: &IngestContext, task_id: Uuid, task: &Claimed, try_number
     let vector = Vector::from(embedding.clone());
     let nearest: Option<f64> = {
         let mut tx = ctx.pool.begin().await?;
-        sqlx::query("set local hnsw.iterative_scan = relaxed_order").execute(&mut *tx).await?;
+        sqlx::query("set local hnsw.iterative_scan = relaxed_order")
+            .execute(&mut *tx)
+            .await?;
         let sim = sqlx::query_scalar("select 1 - (embedding <=> $2) from memories where user_id = $1 order by embedding <=> $2 limit 1")
             .bind(task.user_id)
             .bind(&vector)

@@ -16,14 +16,33 @@ pub struct KeyOwner {
     pub machine_id: Option<i64>,
 }
 
-type KeyRow = (i64, String, String, String, DateTime<Utc>, Option<DateTime<Utc>>);
+type KeyRow = (
+    i64,
+    String,
+    String,
+    String,
+    DateTime<Utc>,
+    Option<DateTime<Utc>>,
+);
 
 fn view((id, name, prefix, last4, created_at, last_used_at): KeyRow) -> ApiKeyView {
-    ApiKeyView { id, name, key: crypto::mask_key(&prefix, &last4), is_active: true, created_at: iso(created_at), last_used_at: iso_opt(last_used_at) }
+    ApiKeyView {
+        id,
+        name,
+        key: crypto::mask_key(&prefix, &last4),
+        is_active: true,
+        created_at: iso(created_at),
+        last_used_at: iso_opt(last_used_at),
+    }
 }
 
 /// Creates a key; the returned view carries the full secret, the only time it is shown.
-pub async fn create(db: impl PgExecutor<'_>, user_id: i64, machine_id: Option<i64>, name: &str) -> AppResult<ApiKeyView> {
+pub async fn create(
+    db: impl PgExecutor<'_>,
+    user_id: i64,
+    machine_id: Option<i64>,
+    name: &str,
+) -> AppResult<ApiKeyView> {
     let secret = crypto::new_api_key();
     let prefix: String = secret.chars().take(crypto::KEY_PREFIX.len() + 4).collect();
     let last4: String = secret.chars().skip(secret.chars().count() - 4).collect();
@@ -38,7 +57,14 @@ pub async fn create(db: impl PgExecutor<'_>, user_id: i64, machine_id: Option<i6
     .bind(&last4)
     .fetch_one(db)
     .await?;
-    Ok(ApiKeyView { id, name: name.to_string(), key: secret, is_active: true, created_at: iso(created_at), last_used_at: None })
+    Ok(ApiKeyView {
+        id,
+        name: name.to_string(),
+        key: secret,
+        is_active: true,
+        created_at: iso(created_at),
+        last_used_at: None,
+    })
 }
 
 /// The account's keys, newest first, masked.
@@ -54,7 +80,11 @@ pub async fn list(db: impl PgExecutor<'_>, user_id: i64) -> AppResult<Vec<ApiKey
 
 /// Deletes one of the account's keys; another account's key is 404.
 pub async fn delete(db: impl PgExecutor<'_>, user_id: i64, key_id: i64) -> AppResult<()> {
-    let done = sqlx::query("delete from api_keys where id = $1 and user_id = $2").bind(key_id).bind(user_id).execute(db).await?;
+    let done = sqlx::query("delete from api_keys where id = $1 and user_id = $2")
+        .bind(key_id)
+        .bind(user_id)
+        .execute(db)
+        .await?;
     if done.rows_affected() == 0 {
         return Err(AppError::not_found("API key"));
     }
@@ -66,9 +96,14 @@ pub async fn authenticate(db: impl PgExecutor<'_>, secret: &str) -> AppResult<Op
     if !secret.starts_with(crypto::KEY_PREFIX) || secret.len() > 200 {
         return Ok(None);
     }
-    let row: Option<(i64, i64, Option<i64>)> = sqlx::query_as("select id, user_id, machine_id from api_keys where key_hash = $1")
-        .bind(crypto::sha256(secret))
-        .fetch_optional(db)
-        .await?;
-    Ok(row.map(|(key_id, user_id, machine_id)| KeyOwner { key_id, user_id, machine_id }))
+    let row: Option<(i64, i64, Option<i64>)> =
+        sqlx::query_as("select id, user_id, machine_id from api_keys where key_hash = $1")
+            .bind(crypto::sha256(secret))
+            .fetch_optional(db)
+            .await?;
+    Ok(row.map(|(key_id, user_id, machine_id)| KeyOwner {
+        key_id,
+        user_id,
+        machine_id,
+    }))
 }

@@ -18,8 +18,15 @@ semantic (facts and general knowledge), procedural (skills and how-to), emotiona
 reflective (insights and summaries). Rate its importance for long-term recall from 0 to 1. \
 Answer with JSON only: {\"sector\": \"<sector>\", \"importance\": <number>}.";
 
-pub async fn classify(http: &reqwest::Client, settings: &LlmSettings, content: &str) -> anyhow::Result<LlmAnswer> {
-    let url = format!("{}/chat/completions", settings.base_url.trim_end_matches('/'));
+pub async fn classify(
+    http: &reqwest::Client,
+    settings: &LlmSettings,
+    content: &str,
+) -> anyhow::Result<LlmAnswer> {
+    let url = format!(
+        "{}/chat/completions",
+        settings.base_url.trim_end_matches('/')
+    );
     let body = json!({
         "model": settings.model,
         "temperature": 0,
@@ -39,18 +46,30 @@ pub async fn classify(http: &reqwest::Client, settings: &LlmSettings, content: &
         .error_for_status()?
         .json()
         .await?;
-    let text = response["choices"][0]["message"]["content"].as_str().ok_or_else(|| anyhow!("no message content in the answer"))?;
+    let text = response["choices"][0]["message"]["content"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no message content in the answer"))?;
     parse_answer(text)
 }
 
 /// Parses `{"sector": "...", "importance": 0.7}` strictly.
 pub fn parse_answer(text: &str) -> anyhow::Result<LlmAnswer> {
     let v: Value = serde_json::from_str(text.trim()).context("the answer is not JSON")?;
-    let sector = v["sector"].as_str().ok_or_else(|| anyhow!("no sector in the answer"))?.to_lowercase();
-    let sector = SECTORS.iter().position(|s| *s == sector).ok_or_else(|| anyhow!("unknown sector {sector:?}"))?;
+    let sector = v["sector"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no sector in the answer"))?
+        .to_lowercase();
+    let sector = SECTORS
+        .iter()
+        .position(|s| *s == sector)
+        .ok_or_else(|| anyhow!("unknown sector {sector:?}"))?;
     let importance = match &v["importance"] {
         Value::Null => None,
-        n => Some(n.as_f64().filter(|x| (0.0..=1.0).contains(x)).ok_or_else(|| anyhow!("importance out of range"))? as f32),
+        n => Some(
+            n.as_f64()
+                .filter(|x| (0.0..=1.0).contains(x))
+                .ok_or_else(|| anyhow!("importance out of range"))? as f32,
+        ),
     };
     Ok(LlmAnswer { sector, importance })
 }

@@ -30,16 +30,30 @@ struct ClaimHtml<'a> {
     m: &'a ClaimMail,
 }
 
-pub async fn send_claim_code(db: &mut PgConnection, settings: &Settings, to: &str, m: &ClaimMail) -> AppResult<()> {
+pub async fn send_claim_code(
+    db: &mut PgConnection,
+    settings: &Settings,
+    to: &str,
+    m: &ClaimMail,
+) -> AppResult<()> {
     let subject = format!("Your Engram claim code for {}", m.hostname);
     let text = ClaimText { m }.render().map_err(anyhow::Error::from)?;
     let html = ClaimHtml { m }.render().map_err(anyhow::Error::from)?;
     send(db, settings, to, &subject, &text, &html).await
 }
 
-async fn send(db: &mut PgConnection, settings: &Settings, to: &str, subject: &str, text: &str, html: &str) -> AppResult<()> {
+async fn send(
+    db: &mut PgConnection,
+    settings: &Settings,
+    to: &str,
+    subject: &str,
+    text: &str,
+    html: &str,
+) -> AppResult<()> {
     match &settings.smtp_url {
-        Some(url) => super::smtp::send(url, &settings.mail_from, to, subject, text, html).await.map_err(Into::into),
+        Some(url) => super::smtp::send(url, &settings.mail_from, to, subject, text, html)
+            .await
+            .map_err(Into::into),
         None => {
             sqlx::query("insert into dev_mailbox (to_address, subject, text_body, html_body) values ($1, $2, $3, $4)")
                 .bind(to)
@@ -60,6 +74,14 @@ pub async fn dev_mailbox(pool: &sqlx::PgPool) -> AppResult<Vec<crate::types::Mai
         sqlx::query_as("select id, to_address, subject, text_body, created_at from dev_mailbox order by id desc limit 100").fetch_all(pool).await?;
     Ok(rows
         .into_iter()
-        .map(|(id, to_address, subject, text_body, created_at)| crate::types::MailView { id, to_address, subject, text_body, created_at: super::time::iso(created_at) })
+        .map(
+            |(id, to_address, subject, text_body, created_at)| crate::types::MailView {
+                id,
+                to_address,
+                subject,
+                text_body,
+                created_at: super::time::iso(created_at),
+            },
+        )
         .collect())
 }

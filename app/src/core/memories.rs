@@ -37,10 +37,18 @@ pub struct NewMemory {
 /// Reads and checks a memory body (the contract's limits).
 pub fn read_new(fields: &mut Fields) -> NewMemory {
     let content = fields.required_str("content", 1, 32_768);
-    let project = fields.optional_str("project_id", 256).filter(|p| !p.is_empty()).unwrap_or_else(|| projects::DEFAULT.into());
+    let project = fields
+        .optional_str("project_id", 256)
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| projects::DEFAULT.into());
     let metadata = fields.metadata("metadata", 16 * 1024);
     let agent_id = fields.optional_str("agent_id", 128);
-    NewMemory { content, project, metadata, agent_id }
+    NewMemory {
+        content,
+        project,
+        metadata,
+        agent_id,
+    }
 }
 
 /// Resolves the project, then writes the `pending` task and its queue job in one transaction:
@@ -49,7 +57,10 @@ pub async fn enqueue(pool: &PgPool, user_id: i64, new: &NewMemory) -> AppResult<
     let mut tx = pool.begin().await?;
     let project_id = projects::resolve(&mut *tx, user_id, &new.project).await?;
     let task_id = Uuid::new_v4();
-    let metadata = new.metadata.clone().unwrap_or_else(|| Value::Object(Default::default()));
+    let metadata = new
+        .metadata
+        .clone()
+        .unwrap_or_else(|| Value::Object(Default::default()));
     sqlx::query("insert into tasks (id, user_id, project_id, content, metadata, agent_id) values ($1, $2, $3, $4, $5, $6)")
         .bind(task_id)
         .bind(user_id)
@@ -59,17 +70,44 @@ pub async fn enqueue(pool: &PgPool, user_id: i64, new: &NewMemory) -> AppResult<
         .bind(&new.agent_id)
         .execute(&mut *tx)
         .await?;
-    let job = TaskBuilder::new(serde_json::to_vec(&IngestJob { task_id }).map_err(anyhow::Error::from)?).max_attempts(JOB_MAX_ATTEMPTS).build();
-    apalis_postgres::queries::push_tasks(&mut *tx, QUEUE, vec![job]).await.map_err(|e| anyhow::anyhow!("queueing the memory: {e}"))?;
+    let job =
+        TaskBuilder::new(serde_json::to_vec(&IngestJob { task_id }).map_err(anyhow::Error::from)?)
+            .max_attempts(JOB_MAX_ATTEMPTS)
+            .build();
+    apalis_postgres::queries::push_tasks(&mut *tx, QUEUE, vec![job])
+        .await
+        .map_err(|e| anyhow::anyhow!("queueing the memory: {e}"))?;
     tx.commit().await?;
     Ok(task_id)
 }
 
-type Row = (Uuid, String, String, Option<sqlx::types::Json<Value>>, Option<String>, String, f32, DateTime<Utc>, DateTime<Utc>);
+type Row = (
+    Uuid,
+    String,
+    String,
+    Option<sqlx::types::Json<Value>>,
+    Option<String>,
+    String,
+    f32,
+    DateTime<Utc>,
+    DateTime<Utc>,
+);
 
 pub(crate) const COLUMNS: &str = "id, content, project_id, metadata, agent_id, cognitive_sector, importance_score, created_at, updated_at";
 
-fn view((id, content, project_id, metadata, agent_id, cognitive_sector, importance_score, created_at, updated_at): Row) -> MemoryView {
+fn view(
+    (
+        id,
+        content,
+        project_id,
+        metadata,
+        agent_id,
+        cognitive_sector,
+        importance_score,
+        created_at,
+        updated_at,
+    ): Row,
+) -> MemoryView {
     MemoryView {
         id: id.to_string(),
         content,
@@ -84,7 +122,13 @@ fn view((id, content, project_id, metadata, agent_id, cognitive_sector, importan
 }
 
 /// A page of the account's memories, newest first, and how many match in all.
-pub async fn list(pool: &PgPool, user_id: i64, project: Option<&str>, limit: i64, offset: i64) -> AppResult<(Vec<MemoryView>, i64)> {
+pub async fn list(
+    pool: &PgPool,
+    user_id: i64,
+    project: Option<&str>,
+    limit: i64,
+    offset: i64,
+) -> AppResult<(Vec<MemoryView>, i64)> {
     let project_id = match project {
         Some(p) => Some(projects::resolve(pool, user_id, p).await?),
         None => None,
@@ -114,17 +158,23 @@ fn parse_id(id: &str) -> AppResult<Uuid> {
 
 pub async fn get(db: impl PgExecutor<'_>, user_id: i64, id: &str) -> AppResult<MemoryView> {
     let id = parse_id(id)?;
-    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("select {COLUMNS} from memories where id = $1 and user_id = $2")))
-        .bind(id)
-        .bind(user_id)
-        .fetch_optional(db)
-        .await?;
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {COLUMNS} from memories where id = $1 and user_id = $2"
+    )))
+    .bind(id)
+    .bind(user_id)
+    .fetch_optional(db)
+    .await?;
     row.map(view).ok_or_else(|| AppError::not_found("Memory"))
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, user_id: i64, id: &str) -> AppResult<()> {
     let id = parse_id(id)?;
-    let done = sqlx::query("delete from memories where id = $1 and user_id = $2").bind(id).bind(user_id).execute(db).await?;
+    let done = sqlx::query("delete from memories where id = $1 and user_id = $2")
+        .bind(id)
+        .bind(user_id)
+        .execute(db)
+        .await?;
     if done.rows_affected() == 0 {
         return Err(AppError::not_found("Memory"));
     }

@@ -30,7 +30,13 @@ pub async fn resolve(db: impl PgExecutor<'_>, user_id: i64, id_or_name: &str) ->
 type Row = (String, String, Option<String>, DateTime<Utc>, i64);
 
 fn view((id, name, description, created_at, memory_count): Row) -> ProjectView {
-    ProjectView { id, name, description, created_at: iso(created_at), memory_count }
+    ProjectView {
+        id,
+        name,
+        description,
+        created_at: iso(created_at),
+        memory_count,
+    }
 }
 
 const SELECT: &str = "select p.id, p.name, p.description, p.created_at,
@@ -39,14 +45,20 @@ const SELECT: &str = "select p.id, p.name, p.description, p.created_at,
 
 /// The account's projects, `default` first, then by creation.
 pub async fn list(db: impl PgExecutor<'_>, user_id: i64) -> AppResult<Vec<ProjectView>> {
-    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} where p.user_id = $1 order by (p.id = 'default') desc, p.created_at, p.id")))
-        .bind(user_id)
-        .fetch_all(db)
-        .await?;
+    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{SELECT} where p.user_id = $1 order by (p.id = 'default') desc, p.created_at, p.id"
+    )))
+    .bind(user_id)
+    .fetch_all(db)
+    .await?;
     Ok(rows.into_iter().map(view).collect())
 }
 
-pub async fn get(db: impl PgExecutor<'_>, user_id: i64, id_or_name: &str) -> AppResult<ProjectView> {
+pub async fn get(
+    db: impl PgExecutor<'_>,
+    user_id: i64,
+    id_or_name: &str,
+) -> AppResult<ProjectView> {
     let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} where p.user_id = $1 and (p.id = $2 or p.name = $2) order by (p.id = $2) desc limit 1")))
         .bind(user_id)
         .bind(id_or_name)
@@ -56,7 +68,12 @@ pub async fn get(db: impl PgExecutor<'_>, user_id: i64, id_or_name: &str) -> App
 }
 
 /// Creates a project with a generated id; 409 when the account already has that name.
-pub async fn create(db: impl PgExecutor<'_>, user_id: i64, name: &str, description: Option<&str>) -> AppResult<ProjectView> {
+pub async fn create(
+    db: impl PgExecutor<'_>,
+    user_id: i64,
+    name: &str,
+    description: Option<&str>,
+) -> AppResult<ProjectView> {
     let id = format!("proj_{}", crypto::random_token(12).to_lowercase());
     match sqlx::query_as::<_, (DateTime<Utc>,)>("insert into projects (user_id, id, name, description) values ($1, $2, $3, $4) returning created_at")
         .bind(user_id)
@@ -74,15 +91,30 @@ pub async fn create(db: impl PgExecutor<'_>, user_id: i64, name: &str, descripti
 
 /// Deletes a project with its memories and pending tasks; answers how many memories went.
 /// The `default` project cannot be deleted (409).
-pub async fn delete(pool: &sqlx::PgPool, user_id: i64, id_or_name: &str) -> AppResult<(String, i64)> {
+pub async fn delete(
+    pool: &sqlx::PgPool,
+    user_id: i64,
+    id_or_name: &str,
+) -> AppResult<(String, i64)> {
     let mut tx = pool.begin().await?;
     let id = resolve(&mut *tx, user_id, id_or_name).await?;
     if id == DEFAULT {
-        return Err(AppError::Conflict("The default project cannot be deleted".into()));
+        return Err(AppError::Conflict(
+            "The default project cannot be deleted".into(),
+        ));
     }
-    let memories: i64 = sqlx::query_scalar("select count(*) from memories where user_id = $1 and project_id = $2").bind(user_id).bind(&id).fetch_one(&mut *tx).await?;
+    let memories: i64 =
+        sqlx::query_scalar("select count(*) from memories where user_id = $1 and project_id = $2")
+            .bind(user_id)
+            .bind(&id)
+            .fetch_one(&mut *tx)
+            .await?;
     // Memories and tasks go with the project (foreign keys cascade).
-    sqlx::query("delete from projects where user_id = $1 and id = $2").bind(user_id).bind(&id).execute(&mut *tx).await?;
+    sqlx::query("delete from projects where user_id = $1 and id = $2")
+        .bind(user_id)
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok((id, memories))
 }
@@ -90,6 +122,8 @@ pub async fn delete(pool: &sqlx::PgPool, user_id: i64, id_or_name: &str) -> AppR
 /// Reads and checks a new project's fields.
 pub fn read_new(fields: &mut super::validate::Fields) -> (String, Option<String>) {
     let name = fields.required_str("name", 1, 64);
-    let description = fields.optional_str("description", 1000).filter(|d| !d.is_empty());
+    let description = fields
+        .optional_str("description", 1000)
+        .filter(|d| !d.is_empty());
     (name, description)
 }

@@ -26,8 +26,14 @@ impl RateLimiter {
         }
         entry.1 += 1;
         if entry.1 > limit {
-            let retry = window.saturating_sub(now.duration_since(entry.0)).as_secs().max(1);
-            return Err(AppError::RateLimited { message: "Too many requests, try again later".into(), retry_after_secs: retry });
+            let retry = window
+                .saturating_sub(now.duration_since(entry.0))
+                .as_secs()
+                .max(1);
+            return Err(AppError::RateLimited {
+                message: "Too many requests, try again later".into(),
+                retry_after_secs: retry,
+            });
         }
         Ok(())
     }
@@ -44,7 +50,9 @@ mod tests {
             l.hit("k", 3, Duration::from_secs(60)).unwrap();
         }
         match l.hit("k", 3, Duration::from_secs(60)) {
-            Err(AppError::RateLimited { retry_after_secs, .. }) => assert!(retry_after_secs >= 1 && retry_after_secs <= 60),
+            Err(AppError::RateLimited {
+                retry_after_secs, ..
+            }) => assert!(retry_after_secs >= 1 && retry_after_secs <= 60),
             other => panic!("{other:?}"),
         }
         l.hit("other", 3, Duration::from_secs(60)).unwrap();

@@ -34,6 +34,24 @@ pub const EXACT_SCAN_LIMIT: i64 = 20_000;
 const BM25_K1: f64 = 1.2;
 const BM25_B: f64 = 0.75;
 
+/// The weights of the fused score (the bench compares each part alone against the fusion).
+#[derive(Debug, Clone, Copy)]
+pub struct Weights {
+    pub vector: f32,
+    pub keyword: f32,
+    pub importance: f32,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Self {
+            vector: W_VECTOR,
+            keyword: W_KEYWORD,
+            importance: W_IMPORTANCE,
+        }
+    }
+}
+
 /// Where the time of one search went, for the latency bench.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Timings {
@@ -42,7 +60,36 @@ pub struct Timings {
 }
 
 /// Searches the account (or one of its projects) for `query`; the best `limit` memories.
-pub async fn search(pool: &PgPool, embedder: &EmbedderHandle, user_id: i64, project: Option<&str>, query: &str, limit: i64) -> AppResult<(Vec<SearchHit>, Timings)> {
+pub async fn search(
+    pool: &PgPool,
+    embedder: &EmbedderHandle,
+    user_id: i64,
+    project: Option<&str>,
+    query: &str,
+    limit: i64,
+) -> AppResult<(Vec<SearchHit>, Timings)> {
+    search_with(
+        pool,
+        embedder,
+        user_id,
+        project,
+        query,
+        limit,
+        Weights::default(),
+    )
+    .await
+}
+
+/// `search` with other weights (benchmarks).
+pub async fn search_with(
+    pool: &PgPool,
+    embedder: &EmbedderHandle,
+    user_id: i64,
+    project: Option<&str>,
+    query: &str,
+    limit: i64,
+    weights: Weights,
+) -> AppResult<(Vec<SearchHit>, Timings)> {
     let mut timings = Timings::default();
     let project_id = match project {
         Some(p) => Some(projects::resolve(pool, user_id, p).await?),
@@ -82,8 +129,15 @@ pub async fn search(pool: &PgPool, embedder: &EmbedderHandle, user_id: i64, proj
         .fetch_all(&mut *tx)
         .await?
     } else {
-        sqlx::query("set local hnsw.iterative_scan = relaxed_order").execute(&mut *tx).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("set local hnsw.ef_search = {}", pool_size.clamp(40, 1000)))).execute(&mut *tx).await?;
+        sqlx::query("set local hnsw.iterative_scan = relaxed_order")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "set local hnsw.ef_search = {}",
+            pool_size.clamp(40, 1000)
+        )))
+        .execute(&mut *tx)
+        .await?;
         sqlx::query_scalar(
             "select id from (select id, embedding <=> $3 as d from memories
                              where user_id = $1 and ($2::text is null or project_id = $2)
@@ -99,7 +153,11 @@ pub async fn search(pool: &PgPool, embedder: &EmbedderHandle, user_id: i64, proj
 
     // Keyword candidates, BM25-weighted: each query lexeme's IDF from its document frequency in
     // the scope (counted up to a cap: a lexeme that common carries almost no weight anyway).
-    let lexemes: Vec<String> = sqlx::query_scalar("select unnest(tsvector_to_array(to_tsvector('english', $1)))").bind(query).fetch_all(&mut *tx).await?;
+    let lexemes: Vec<String> =
+        sqlx::query_scalar("select unnest(tsvector_to_array(to_tsvector('english', $1)))")
+            .bind(query)
+            .fetch_all(&mut *tx)
+            .await?;
     let mut bm25: HashMap<Uuid, f64> = HashMap::new();
     if !lexemes.is_empty() {
         let cap = EXACT_SCAN_LIMIT.min(scope_size.max(1));
@@ -116,9 +174,17 @@ pub async fn search(pool: &PgPool, embedder: &EmbedderHandle, user_id: i64, proj
         .fetch_all(&mut *tx)
         .await?;
         let n = scope_size as f64;
-        let idf: Vec<f64> = dfs.iter().map(|&df| ((n - df as f64 + 0.5) / (df as f64 + 0.5) + 1.0).ln()).collect();
+        let idf: Vec<f64> = dfs
+            .iter()
+            .map(|&df| ((n - df as f64 + 0.5) / (df as f64 + 0.5) + 1.0).ln())
+            .collect();
         // Only lexemes that are not everywhere select candidates (they still score).
-        let selective: Vec<String> = lexemes.iter().zip(&dfs).filter(|(_, &df)| (df as f64) < 0.3 * n || n < 20.0).map(|(l, _)| l.clone()).collect();
+        let selective: Vec<String> = lexemes
+            .iter()
+            .zip(&dfs)
+            .filter(|(_, &df)| (df as f64) < 0.3 * n || n < 20.0)
+            .map(|(l, _)| l.clone())
+            .collect();
         if !selective.is_empty() {
             let rows: Vec<(Uuid, f64)> = sqlx::query_as(
                 "with q as (select * from unnest($3::text[], $4::float8[]) as q(lexeme, idf)),
@@ -151,7 +217,16 @@ pub async fn search(pool: &PgPool, embedder: &EmbedderHandle, user_id: i64, proj
     ids.extend(bm25.keys().copied());
     ids.sort();
     ids.dedup();
-    type Row = (Uuid, String, String, Option<sqlx::types::Json<Value>>, String, f32, DateTime<Utc>, f64);
+    type Row = (
+        Uuid,
+        String,
+        String,
+        Option<sqlx::types::Json<Value>>,
+        String,
+        f32,
+        DateTime<Utc>,
+        f64,
+    );
     let rows: Vec<Row> = sqlx::query_as(
         "select id, content, project_id, metadata, cognitive_sector, importance_score, created_at, (1 - (embedding <=> $3))::float8
          from memories where id = any($2) and user_id = $1",
@@ -167,22 +242,34 @@ pub async fn search(pool: &PgPool, embedder: &EmbedderHandle, user_id: i64, proj
     let max_bm25 = bm25.values().copied().fold(0.0f64, f64::max);
     let mut hits: Vec<SearchHit> = rows
         .into_iter()
-        .map(|(id, content, project_id, metadata, sector, importance, created_at, cos)| {
-            let keyword = if max_bm25 > 0.0 { bm25.get(&id).copied().unwrap_or(0.0) / max_bm25 } else { 0.0 };
-            let score = W_VECTOR * (cos as f32).clamp(0.0, 1.0) + W_KEYWORD * keyword as f32 + W_IMPORTANCE * importance.clamp(0.0, 1.0);
-            SearchHit {
-                id: id.to_string(),
-                content,
-                score: score.clamp(0.0, 1.0),
-                cognitive_sector: sector,
-                importance_score: importance,
-                project_id,
-                metadata: metadata.map(|j| j.0).unwrap_or(Value::Null),
-                created_at: iso(created_at),
-            }
-        })
+        .map(
+            |(id, content, project_id, metadata, sector, importance, created_at, cos)| {
+                let keyword = if max_bm25 > 0.0 {
+                    bm25.get(&id).copied().unwrap_or(0.0) / max_bm25
+                } else {
+                    0.0
+                };
+                let score = weights.vector * (cos as f32).clamp(0.0, 1.0)
+                    + weights.keyword * keyword as f32
+                    + weights.importance * importance.clamp(0.0, 1.0);
+                SearchHit {
+                    id: id.to_string(),
+                    content,
+                    score: score.clamp(0.0, 1.0),
+                    cognitive_sector: sector,
+                    importance_score: importance,
+                    project_id,
+                    metadata: metadata.map(|j| j.0).unwrap_or(Value::Null),
+                    created_at: iso(created_at),
+                }
+            },
+        )
         .collect();
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| b.created_at.cmp(&a.created_at)));
+    hits.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| b.created_at.cmp(&a.created_at))
+    });
     hits.truncate(limit.max(0) as usize);
     Ok((hits, timings))
 }

@@ -51,7 +51,10 @@ pub struct LlmSettings {
 
 impl std::fmt::Debug for LlmSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmSettings").field("base_url", &self.base_url).field("model", &self.model).finish_non_exhaustive()
+        f.debug_struct("LlmSettings")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
     }
 }
 
@@ -63,7 +66,12 @@ impl Settings {
             jwt_secret: b"test-secret-test-secret-test-secret!".to_vec(),
             jwt_ttl_secs: 24 * 3600,
             public_url: "http://127.0.0.1:3000".into(),
-            limits: LimitSettings { login_per_minute: 10, register_per_hour: 10_000, auto_register_per_hour: 10_000, api_per_minute: 100_000 },
+            limits: LimitSettings {
+                login_per_minute: 10,
+                register_per_hour: 10_000,
+                auto_register_per_hour: 10_000,
+                api_per_minute: 100_000,
+            },
             smtp_url: None,
             mail_from: "Engram <noreply@engram.local>".into(),
             llm: None,

@@ -12,18 +12,29 @@ pub struct UsageCounter {
 }
 
 fn this_hour() -> DateTime<Utc> {
-    Utc::now().duration_trunc(TimeDelta::hours(1)).unwrap_or_else(|_| Utc::now())
+    Utc::now()
+        .duration_trunc(TimeDelta::hours(1))
+        .unwrap_or_else(|_| Utc::now())
 }
 
 impl UsageCounter {
     pub fn record(&self, key_id: i64) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()).entry((key_id, this_hour())).or_default() += 1;
+        *self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((key_id, this_hour()))
+            .or_default() += 1;
     }
 
     /// Calls not yet flushed for these keys.
     pub fn unflushed(&self, key_ids: &[i64]) -> i64 {
         let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending.iter().filter(|((k, _), _)| key_ids.contains(k)).map(|(_, n)| *n).sum()
+        pending
+            .iter()
+            .filter(|((k, _), _)| key_ids.contains(k))
+            .map(|(_, n)| *n)
+            .sum()
     }
 
     /// Writes the counts gathered so far in one statement; on failure they are kept for next time.
@@ -35,13 +46,15 @@ impl UsageCounter {
         if batch.is_empty() {
             return Ok(());
         }
-        let (keys, hours, calls): (Vec<i64>, Vec<DateTime<Utc>>, Vec<i64>) =
-            batch.iter().fold((vec![], vec![], vec![]), |(mut k, mut h, mut c), ((key, hour), n)| {
+        let (keys, hours, calls): (Vec<i64>, Vec<DateTime<Utc>>, Vec<i64>) = batch.iter().fold(
+            (vec![], vec![], vec![]),
+            |(mut k, mut h, mut c), ((key, hour), n)| {
                 k.push(*key);
                 h.push(*hour);
                 c.push(*n);
                 (k, h, c)
-            });
+            },
+        );
         let result = sqlx::query(
             "insert into api_key_usage (key_id, hour, calls)
              select u.key_id, u.hour, u.calls from unnest($1::bigint[], $2::timestamptz[], $3::bigint[]) as u(key_id, hour, calls)

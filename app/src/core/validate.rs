@@ -25,10 +25,18 @@ impl Fields {
             }
         };
         match value {
-            Value::Object(map) => Ok(Self { source: "body", map, errors: vec![] }),
+            Value::Object(map) => Ok(Self {
+                source: "body",
+                map,
+                errors: vec![],
+            }),
             other => Err(AppError::validation(
-                FieldError::new(&["body"], "model_attributes_type", "Input should be a valid dictionary or object to extract fields from")
-                    .input(other),
+                FieldError::new(
+                    &["body"],
+                    "model_attributes_type",
+                    "Input should be a valid dictionary or object to extract fields from",
+                )
+                .input(other),
             )),
         }
     }
@@ -39,7 +47,11 @@ impl Fields {
         for (k, v) in form_urlencoded_pairs(query.unwrap_or_default()) {
             map.insert(k, Value::String(v));
         }
-        Self { source: "query", map, errors: vec![] }
+        Self {
+            source: "query",
+            map,
+            errors: vec![],
+        }
     }
 
     /// A form body (`application/x-www-form-urlencoded`).
@@ -48,10 +60,21 @@ impl Fields {
         for (k, v) in form_urlencoded_pairs(&String::from_utf8_lossy(body)) {
             map.insert(k, Value::String(v));
         }
-        Self { source: "body", map, errors: vec![] }
+        Self {
+            source: "body",
+            map,
+            errors: vec![],
+        }
     }
 
-    fn push(&mut self, field: &str, kind: &str, msg: impl Into<String>, input: Option<&Value>, ctx: Option<Value>) {
+    fn push(
+        &mut self,
+        field: &str,
+        kind: &str,
+        msg: impl Into<String>,
+        input: Option<&Value>,
+        ctx: Option<Value>,
+    ) {
         let mut e = FieldError::new(&[self.source, field], kind, msg);
         e.input = input.cloned();
         e.ctx = ctx;
@@ -76,7 +99,9 @@ impl Fields {
                 self.push(field, "missing", "Field required", Some(&input), None);
                 String::new()
             }
-            Some(v) => self.check_str(field, &v, min, max, true).unwrap_or_default(),
+            Some(v) => self
+                .check_str(field, &v, min, max, true)
+                .unwrap_or_default(),
         }
     }
 
@@ -88,7 +113,9 @@ impl Fields {
                 self.push(field, "missing", "Field required", Some(&input), None);
                 String::new()
             }
-            Some(v) => self.check_str(field, &v, min, max, false).unwrap_or_default(),
+            Some(v) => self
+                .check_str(field, &v, min, max, false)
+                .unwrap_or_default(),
         }
     }
 
@@ -100,20 +127,45 @@ impl Fields {
         }
     }
 
-    fn check_str(&mut self, field: &str, v: &Value, min: usize, max: usize, trim: bool) -> Option<String> {
+    fn check_str(
+        &mut self,
+        field: &str,
+        v: &Value,
+        min: usize,
+        max: usize,
+        trim: bool,
+    ) -> Option<String> {
         let Some(s) = v.as_str() else {
-            self.push(field, "string_type", "Input should be a valid string", Some(v), None);
+            self.push(
+                field,
+                "string_type",
+                "Input should be a valid string",
+                Some(v),
+                None,
+            );
             return None;
         };
         let s = if trim { s.trim() } else { s };
         let len = s.chars().count();
         if len < min {
             let plural = if min == 1 { "character" } else { "characters" };
-            self.push(field, "string_too_short", format!("String should have at least {min} {plural}"), Some(v), Some(json!({"min_length": min})));
+            self.push(
+                field,
+                "string_too_short",
+                format!("String should have at least {min} {plural}"),
+                Some(v),
+                Some(json!({"min_length": min})),
+            );
             return None;
         }
         if len > max {
-            self.push(field, "string_too_long", format!("String should have at most {max} characters"), Some(v), Some(json!({"max_length": max})));
+            self.push(
+                field,
+                "string_too_long",
+                format!("String should have at most {max} characters"),
+                Some(v),
+                Some(json!({"max_length": max})),
+            );
             return None;
         }
         Some(s.to_string())
@@ -121,23 +173,41 @@ impl Fields {
 
     /// An optional integer in `min..=max`, `default` when absent. Query strings are parsed.
     pub fn int_in(&mut self, field: &str, default: i64, min: i64, max: i64) -> i64 {
-        let Some(v) = self.map.get(field).cloned() else { return default };
+        let Some(v) = self.map.get(field).cloned() else {
+            return default;
+        };
         let parsed = match &v {
             Value::Number(n) => n.as_i64(),
             Value::String(s) if self.source == "query" => s.trim().parse::<i64>().ok(),
             _ => None,
         };
         let Some(n) = parsed else {
-            let msg = if v.is_string() { "Input should be a valid integer, unable to parse string as an integer" } else { "Input should be a valid integer" };
+            let msg = if v.is_string() {
+                "Input should be a valid integer, unable to parse string as an integer"
+            } else {
+                "Input should be a valid integer"
+            };
             self.push(field, "int_parsing", msg, Some(&v), None);
             return default;
         };
         if n < min {
-            self.push(field, "greater_than_equal", format!("Input should be greater than or equal to {min}"), Some(&v), Some(json!({"ge": min})));
+            self.push(
+                field,
+                "greater_than_equal",
+                format!("Input should be greater than or equal to {min}"),
+                Some(&v),
+                Some(json!({"ge": min})),
+            );
             return default;
         }
         if n > max {
-            self.push(field, "less_than_equal", format!("Input should be less than or equal to {max}"), Some(&v), Some(json!({"le": max})));
+            self.push(
+                field,
+                "less_than_equal",
+                format!("Input should be less than or equal to {max}"),
+                Some(&v),
+                Some(json!({"le": max})),
+            );
             return default;
         }
         n
@@ -150,16 +220,32 @@ impl Fields {
         match &v {
             Value::Null => Some(Value::Null),
             Value::Object(_) => {
-                let size = serde_json::to_vec(&v).map(|b| b.len()).unwrap_or(usize::MAX);
+                let size = serde_json::to_vec(&v)
+                    .map(|b| b.len())
+                    .unwrap_or(usize::MAX);
                 if size > max_bytes {
-                    self.push(field, "value_error", format!("Value error, metadata must be at most {max_bytes} bytes serialised"), None, Some(json!({"max_bytes": max_bytes})));
+                    self.push(
+                        field,
+                        "value_error",
+                        format!(
+                            "Value error, metadata must be at most {max_bytes} bytes serialised"
+                        ),
+                        None,
+                        Some(json!({"max_bytes": max_bytes})),
+                    );
                     None
                 } else {
                     Some(v)
                 }
             }
             _ => {
-                self.push(field, "dict_type", "Input should be a valid dictionary", Some(&v), None);
+                self.push(
+                    field,
+                    "dict_type",
+                    "Input should be a valid dictionary",
+                    Some(&v),
+                    None,
+                );
                 None
             }
         }
@@ -175,11 +261,23 @@ impl Fields {
             Some(s) if allowed.contains(&s) => Some(s.to_string()),
             Some(_) => {
                 let expected = quoted_list(allowed);
-                self.push(field, "enum", format!("Input should be {expected}"), Some(&v), Some(json!({"expected": expected})));
+                self.push(
+                    field,
+                    "enum",
+                    format!("Input should be {expected}"),
+                    Some(&v),
+                    Some(json!({"expected": expected})),
+                );
                 None
             }
             None => {
-                self.push(field, "string_type", "Input should be a valid string", Some(&v), None);
+                self.push(
+                    field,
+                    "string_type",
+                    "Input should be a valid string",
+                    Some(&v),
+                    None,
+                );
                 None
             }
         }
@@ -228,7 +326,10 @@ fn percent_decode(s: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() && hex(bytes[i + 1]).is_some() && hex(bytes[i + 2]).is_some() => {
+            b'%' if i + 2 < bytes.len()
+                && hex(bytes[i + 1]).is_some()
+                && hex(bytes[i + 2]).is_some() =>
+            {
                 out.push(hex(bytes[i + 1]).unwrap_or(0) * 16 + hex(bytes[i + 2]).unwrap_or(0));
                 i += 2;
             }
@@ -247,16 +348,22 @@ pub fn email_problem(email: &str) -> Option<&'static str> {
     let Some((local, domain)) = email.rsplit_once('@') else {
         return Some("value is not a valid email address: An email address must have an @-sign.");
     };
-    let bad_char = |c: char| c.is_whitespace() || c.is_control() || c == '@' || c == '<' || c == '>' || c == ',';
+    let bad_char = |c: char| {
+        c.is_whitespace() || c.is_control() || c == '@' || c == '<' || c == '>' || c == ','
+    };
     if local.is_empty() || local.chars().any(bad_char) || local.len() > 64 {
-        return Some("value is not a valid email address: There must be something valid before the @-sign.");
+        return Some(
+            "value is not a valid email address: There must be something valid before the @-sign.",
+        );
     }
     if domain.is_empty()
         || !domain.contains('.')
         || domain.starts_with('.')
         || domain.ends_with('.')
         || domain.contains("..")
-        || domain.chars().any(|c| !(c.is_alphanumeric() || c == '-' || c == '.'))
+        || domain
+            .chars()
+            .any(|c| !(c.is_alphanumeric() || c == '-' || c == '.'))
     {
         return Some("value is not a valid email address: The part after the @-sign is not valid.");
     }
@@ -269,13 +376,23 @@ mod tests {
 
     #[test]
     fn percent_decoding_handles_plus_and_escapes() {
-        assert_eq!(form_urlencoded_pairs("a=b+c&d=%40x%2"), vec![("a".into(), "b c".into()), ("d".into(), "@x%2".into())]);
+        assert_eq!(
+            form_urlencoded_pairs("a=b+c&d=%40x%2"),
+            vec![("a".into(), "b c".into()), ("d".into(), "@x%2".into())]
+        );
     }
 
     #[test]
     fn email_rule_accepts_plain_addresses_and_rejects_broken_ones() {
         assert!(email_problem("ann@example.com").is_none());
-        for bad in ["annexample.com", "@example.com", "ann@", "ann@localhost", "a b@example.com", "ann@exa mple.com"] {
+        for bad in [
+            "annexample.com",
+            "@example.com",
+            "ann@",
+            "ann@localhost",
+            "a b@example.com",
+            "ann@exa mple.com",
+        ] {
             assert!(email_problem(bad).is_some(), "{bad}");
         }
     }
@@ -285,7 +402,9 @@ mod tests {
         let mut f = Fields::from_json_body(br#"{"content": 5}"#).unwrap();
         f.required_str("content", 1, 10);
         f.required_str("name", 1, 10);
-        let Err(AppError::Validation(errs)) = f.finish() else { panic!() };
+        let Err(AppError::Validation(errs)) = f.finish() else {
+            panic!()
+        };
         assert_eq!(errs[0].kind, "string_type");
         assert_eq!(errs[1].kind, "missing");
         assert_eq!(errs[1].loc, vec![json!("body"), json!("name")]);

@@ -17,9 +17,17 @@ pub struct SessionUser {
 pub async fn current_user() -> Result<Option<SessionUser>, ServerFnError> {
     use super::session::{server_error, state, user_id};
     let state = state()?;
-    let Some(id) = user_id().await? else { return Ok(None) };
-    let user = crate::core::accounts::find(&state.pool, id).await.map_err(server_error)?;
-    Ok(user.map(|u| SessionUser { id: u.id, email: u.email.unwrap_or_default(), development: !state.settings.production }))
+    let Some(id) = user_id().await? else {
+        return Ok(None);
+    };
+    let user = crate::core::accounts::find(&state.pool, id)
+        .await
+        .map_err(server_error)?;
+    Ok(user.map(|u| SessionUser {
+        id: u.id,
+        email: u.email.unwrap_or_default(),
+        development: !state.settings.production,
+    }))
 }
 
 #[server(prefix = "/portal/fn")]
@@ -27,13 +35,22 @@ pub async fn sign_up(email: String, password: String) -> Result<FormOutcome, Ser
     use super::session::{form_error, log_in, state};
     use crate::core::{accounts, validate::Fields};
     let state = state()?;
-    let mut fields = Fields::from_json_body(serde_json::json!({"email": email, "password": password}).to_string().as_bytes()).map_err(|e| ServerFnError::new(e.user_message()))?;
+    let mut fields = Fields::from_json_body(
+        serde_json::json!({"email": email, "password": password})
+            .to_string()
+            .as_bytes(),
+    )
+    .map_err(|e| ServerFnError::new(e.user_message()))?;
     let (email, password) = accounts::read_credentials(&mut fields, "email");
     if let Err(e) = fields.finish() {
         return form_error(e, "email");
     }
     if let Some(ip) = client_ip().await {
-        if let Err(e) = state.limiter.hit(&format!("register:{ip}"), state.settings.limits.register_per_hour, std::time::Duration::from_secs(3600)) {
+        if let Err(e) = state.limiter.hit(
+            &format!("register:{ip}"),
+            state.settings.limits.register_per_hour,
+            std::time::Duration::from_secs(3600),
+        ) {
             return form_error(e, "email");
         }
     }
@@ -50,7 +67,10 @@ pub async fn sign_up(email: String, password: String) -> Result<FormOutcome, Ser
 #[cfg(feature = "ssr")]
 async fn client_ip() -> Option<String> {
     use axum::extract::ConnectInfo;
-    leptos_axum::extract::<ConnectInfo<std::net::SocketAddr>>().await.ok().map(|ConnectInfo(a)| a.ip().to_string())
+    leptos_axum::extract::<ConnectInfo<std::net::SocketAddr>>()
+        .await
+        .ok()
+        .map(|ConnectInfo(a)| a.ip().to_string())
 }
 
 #[server(prefix = "/portal/fn")]
@@ -62,7 +82,11 @@ pub async fn log_in(email: String, password: String) -> Result<FormOutcome, Serv
     if email.is_empty() {
         return Ok(FormOutcome::error("email", "Enter your e-mail address"));
     }
-    if let Err(e) = state.limiter.hit(&format!("login:{email}"), state.settings.limits.login_per_minute, std::time::Duration::from_secs(60)) {
+    if let Err(e) = state.limiter.hit(
+        &format!("login:{email}"),
+        state.settings.limits.login_per_minute,
+        std::time::Duration::from_secs(60),
+    ) {
         return form_error(e, "password");
     }
     match accounts::authenticate(&state.pool, &email, &password).await {
@@ -87,7 +111,10 @@ pub fn Nav() -> impl IntoView {
     let logout = ServerAction::<LogOut>::new();
     let location = leptos_router::hooks::use_location();
     // Refetched on every navigation, so logging in or out shows at once.
-    let user = Resource::new(move || (logout.version().get(), location.pathname.get()), |_| current_user());
+    let user = Resource::new(
+        move || (logout.version().get(), location.pathname.get()),
+        |_| current_user(),
+    );
     view! {
         <header class="nav">
             <A href="/" attr:class="brand">"Engram"</A>

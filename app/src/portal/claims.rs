@@ -7,7 +7,6 @@ use leptos_router::hooks::use_query_map;
 use super::{error_view, field_error, FormOutcome};
 use crate::types::{MachineView, MailView};
 
-
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct ClaimOverview {
     pub pending: Vec<PendingClaimView>,
@@ -29,12 +28,23 @@ pub async fn claim_page_data() -> Result<ClaimOverview, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
     let pool = state()?.pool;
-    let pending = crate::core::claims::pending_for(&pool, user).await.map_err(server_error)?;
-    let machines = crate::core::machines::claimed_into(&pool, user).await.map_err(server_error)?;
+    let pending = crate::core::claims::pending_for(&pool, user)
+        .await
+        .map_err(server_error)?;
+    let machines = crate::core::machines::claimed_into(&pool, user)
+        .await
+        .map_err(server_error)?;
     Ok(ClaimOverview {
         pending: pending
             .into_iter()
-            .map(|p| PendingClaimView { machine_id: p.machine_id, hostname: p.hostname, platform: p.platform, projects: p.projects, memories: p.memories, expires_at: p.expires_at })
+            .map(|p| PendingClaimView {
+                machine_id: p.machine_id,
+                hostname: p.hostname,
+                platform: p.platform,
+                projects: p.projects,
+                memories: p.memories,
+                expires_at: p.expires_at,
+            })
             .collect(),
         machines,
     })
@@ -47,10 +57,24 @@ pub async fn confirm_claim(machine_id: i64, code: String) -> Result<FormOutcome,
     let user = require_user().await?;
     let code = code.trim().to_string();
     if code.len() != 6 || !code.chars().all(|c| c.is_ascii_digit()) {
-        return Ok(FormOutcome::error("code", "The code is the 6 digits from the e-mail"));
+        return Ok(FormOutcome::error(
+            "code",
+            "The code is the 6 digits from the e-mail",
+        ));
     }
-    match verify(&state()?.pool, ClaimRef::ForHuman { machine_id, human_id: user }, &code).await {
-        Ok(_) => Ok(FormOutcome::message("The machine and its memories are now in your account")),
+    match verify(
+        &state()?.pool,
+        ClaimRef::ForHuman {
+            machine_id,
+            human_id: user,
+        },
+        &code,
+    )
+    .await
+    {
+        Ok(_) => Ok(FormOutcome::message(
+            "The machine and its memories are now in your account",
+        )),
         Err(e) => form_error(e, "code"),
     }
 }
@@ -61,9 +85,13 @@ pub async fn mailbox() -> Result<Vec<MailView>, ServerFnError> {
     require_user().await?;
     let state = state()?;
     if state.settings.production {
-        return Err(ServerFnError::new("The development mailbox exists only in development mode"));
+        return Err(ServerFnError::new(
+            "The development mailbox exists only in development mode",
+        ));
     }
-    crate::core::mail::dev_mailbox(&state.pool).await.map_err(server_error)
+    crate::core::mail::dev_mailbox(&state.pool)
+        .await
+        .map_err(server_error)
 }
 
 #[component]
@@ -71,7 +99,12 @@ pub fn ClaimPage() -> impl IntoView {
     let confirm = ServerAction::<ConfirmClaim>::new();
     let data = Resource::new(move || confirm.version().get(), |_| claim_page_data());
     let query = use_query_map();
-    let wanted = move || query.read().get("machine").and_then(|m| m.parse::<i64>().ok());
+    let wanted = move || {
+        query
+            .read()
+            .get("machine")
+            .and_then(|m| m.parse::<i64>().ok())
+    };
     let result = move || confirm.value().get();
     view! {
         <h1>"Machines"</h1>

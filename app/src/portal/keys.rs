@@ -9,7 +9,9 @@ use crate::types::ApiKeyView;
 pub async fn list_keys() -> Result<Vec<ApiKeyView>, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    crate::core::keys::list(&state()?.pool, user).await.map_err(server_error)
+    crate::core::keys::list(&state()?.pool, user)
+        .await
+        .map_err(server_error)
 }
 
 #[server(prefix = "/portal/fn")]
@@ -19,10 +21,17 @@ pub async fn create_key(name: String) -> Result<FormOutcome, ServerFnError> {
     let name = name.trim().to_string();
     let count = name.chars().count();
     if !(1..=100).contains(&count) {
-        return Ok(FormOutcome::error("name", "Give the key a name of 1 to 100 characters"));
+        return Ok(FormOutcome::error(
+            "name",
+            "Give the key a name of 1 to 100 characters",
+        ));
     }
     match crate::core::keys::create(&state()?.pool, user, None, &name).await {
-        Ok(key) => Ok(FormOutcome { secret: Some(key.key), message: Some(format!("Key “{name}” created")), ..Default::default() }),
+        Ok(key) => Ok(FormOutcome {
+            secret: Some(key.key),
+            message: Some(format!("Key “{name}” created")),
+            ..Default::default()
+        }),
         Err(e) => form_error(e, "name"),
     }
 }
@@ -31,14 +40,19 @@ pub async fn create_key(name: String) -> Result<FormOutcome, ServerFnError> {
 pub async fn revoke_key(id: i64) -> Result<(), ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    crate::core::keys::delete(&state()?.pool, user, id).await.map_err(server_error)
+    crate::core::keys::delete(&state()?.pool, user, id)
+        .await
+        .map_err(server_error)
 }
 
 #[component]
 pub fn KeysPage() -> impl IntoView {
     let create = ServerAction::<CreateKey>::new();
     let revoke = ServerAction::<RevokeKey>::new();
-    let keys = Resource::new(move || (create.version().get(), revoke.version().get()), |_| list_keys());
+    let keys = Resource::new(
+        move || (create.version().get(), revoke.version().get()),
+        |_| list_keys(),
+    );
     let created = move || create.value().get();
     let copied = RwSignal::new(false);
     let confirming = RwSignal::new(None::<i64>);

@@ -89,19 +89,33 @@ pub struct FormOutcome {
 
 impl FormOutcome {
     pub fn error(field: &str, msg: impl Into<String>) -> Self {
-        Self { errors: vec![(field.into(), msg.into())], ..Default::default() }
+        Self {
+            errors: vec![(field.into(), msg.into())],
+            ..Default::default()
+        }
     }
     pub fn message(msg: impl Into<String>) -> Self {
-        Self { message: Some(msg.into()), ..Default::default() }
+        Self {
+            message: Some(msg.into()),
+            ..Default::default()
+        }
     }
     pub fn for_field(&self, field: &str) -> Option<String> {
-        self.errors.iter().find(|(f, _)| f == field).map(|(_, m)| m.clone())
+        self.errors
+            .iter()
+            .find(|(f, _)| f == field)
+            .map(|(_, m)| m.clone())
     }
 }
 
 /// The error shown next to one field of a form, from the action's last result.
-pub fn field_error(value: impl Fn() -> Option<Result<FormOutcome, ServerFnError>> + Send + Sync + 'static, field: &'static str) -> impl IntoView {
-    move || value().and_then(|r| r.ok()).and_then(|o| o.for_field(field)).map(|msg| view! { <p class="field-error" data-test-id=format!("error-{field}")>{msg}</p> })
+pub fn field_error(
+    value: impl Fn() -> Option<Result<FormOutcome, ServerFnError>> + Send + Sync + 'static,
+    field: &'static str,
+) -> impl IntoView {
+    move || {
+        value().and_then(|r| r.ok()).and_then(|o| o.for_field(field)).map(|msg| view! { <p class="field-error" data-test-id=format!("error-{field}")>{msg}</p> })
+    }
 }
 
 /// What a page shows for a failed server call: the log-in page when the session is gone.
@@ -139,24 +153,39 @@ pub mod session {
     /// The logged-in user's id, if any.
     pub async fn user_id() -> Result<Option<i64>, ServerFnError> {
         let session = session().await?;
-        Ok(session.get::<i64>(USER_KEY).await.map_err(|e| ServerFnError::new(e.to_string()))?)
+        Ok(session
+            .get::<i64>(USER_KEY)
+            .await
+            .map_err(|e| ServerFnError::new(e.to_string()))?)
     }
 
     /// The logged-in user's id, or the "not logged in" error.
     pub async fn require_user() -> Result<i64, ServerFnError> {
-        user_id().await?.ok_or_else(|| ServerFnError::new(super::NOT_LOGGED_IN))
+        user_id()
+            .await?
+            .ok_or_else(|| ServerFnError::new(super::NOT_LOGGED_IN))
     }
 
     /// Starts a session for `user_id` under a fresh session id (no fixation).
     pub async fn log_in(user_id: i64) -> Result<(), ServerFnError> {
         let session = session().await?;
-        session.cycle_id().await.map_err(|e| ServerFnError::new(e.to_string()))?;
-        session.insert(USER_KEY, user_id).await.map_err(|e| ServerFnError::new(e.to_string()))?;
+        session
+            .cycle_id()
+            .await
+            .map_err(|e| ServerFnError::new(e.to_string()))?;
+        session
+            .insert(USER_KEY, user_id)
+            .await
+            .map_err(|e| ServerFnError::new(e.to_string()))?;
         Ok(())
     }
 
     pub async fn log_out() -> Result<(), ServerFnError> {
-        session().await?.flush().await.map_err(|e| ServerFnError::new(e.to_string()))
+        session()
+            .await?
+            .flush()
+            .await
+            .map_err(|e| ServerFnError::new(e.to_string()))
     }
 
     /// A domain error as a server function error (internal causes logged, not shown).
@@ -168,11 +197,23 @@ pub mod session {
     }
 
     /// A domain error as a form outcome: validation errors go next to their fields.
-    pub fn form_error(e: AppError, fallback_field: &str) -> Result<super::FormOutcome, ServerFnError> {
+    pub fn form_error(
+        e: AppError,
+        fallback_field: &str,
+    ) -> Result<super::FormOutcome, ServerFnError> {
         match e {
-            AppError::Validation(errors) => Ok(super::FormOutcome { errors: errors.iter().map(|fe| (fe.field(), fe.msg.clone())).collect(), ..Default::default() }),
+            AppError::Validation(errors) => Ok(super::FormOutcome {
+                errors: errors
+                    .iter()
+                    .map(|fe| (fe.field(), fe.msg.clone()))
+                    .collect(),
+                ..Default::default()
+            }),
             AppError::Internal(_) | AppError::Unavailable => Err(server_error(e)),
-            other => Ok(super::FormOutcome::error(fallback_field, other.user_message())),
+            other => Ok(super::FormOutcome::error(
+                fallback_field,
+                other.user_message(),
+            )),
         }
     }
 }

@@ -15,16 +15,22 @@ pub const PAGE_SIZE: i64 = 20;
 pub async fn list_projects() -> Result<Vec<ProjectView>, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    crate::core::projects::list(&state()?.pool, user).await.map_err(server_error)
+    crate::core::projects::list(&state()?.pool, user)
+        .await
+        .map_err(server_error)
 }
 
 #[server(prefix = "/portal/fn")]
-pub async fn create_project(name: String, description: String) -> Result<FormOutcome, ServerFnError> {
+pub async fn create_project(
+    name: String,
+    description: String,
+) -> Result<FormOutcome, ServerFnError> {
     use super::session::{form_error, require_user, state};
     use crate::core::{projects, validate::Fields};
     let user = require_user().await?;
     let body = serde_json::json!({"name": name, "description": description}).to_string();
-    let mut fields = Fields::from_json_body(body.as_bytes()).map_err(|e| ServerFnError::new(e.user_message()))?;
+    let mut fields = Fields::from_json_body(body.as_bytes())
+        .map_err(|e| ServerFnError::new(e.user_message()))?;
     let (name, description) = projects::read_new(&mut fields);
     if let Err(e) = fields.finish() {
         return form_error(e, "name");
@@ -39,17 +45,32 @@ pub async fn create_project(name: String, description: String) -> Result<FormOut
 pub async fn delete_project(id: String) -> Result<String, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    let (_, n) = crate::core::projects::delete(&state()?.pool, user, &id).await.map_err(server_error)?;
+    let (_, n) = crate::core::projects::delete(&state()?.pool, user, &id)
+        .await
+        .map_err(server_error)?;
     Ok(format!("Project deleted with {n} memories"))
 }
 
 #[server(prefix = "/portal/fn")]
-pub async fn load_project_page(id: String, page: i64) -> Result<(ProjectView, Vec<MemoryView>, i64), ServerFnError> {
+pub async fn load_project_page(
+    id: String,
+    page: i64,
+) -> Result<(ProjectView, Vec<MemoryView>, i64), ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
     let pool = state()?.pool;
-    let project = crate::core::projects::get(&pool, user, &id).await.map_err(server_error)?;
-    let (memories, total) = crate::core::memories::list(&pool, user, Some(&project.id), PAGE_SIZE, page.max(0) * PAGE_SIZE).await.map_err(server_error)?;
+    let project = crate::core::projects::get(&pool, user, &id)
+        .await
+        .map_err(server_error)?;
+    let (memories, total) = crate::core::memories::list(
+        &pool,
+        user,
+        Some(&project.id),
+        PAGE_SIZE,
+        page.max(0) * PAGE_SIZE,
+    )
+    .await
+    .map_err(server_error)?;
     Ok((project, memories, total))
 }
 
@@ -59,13 +80,18 @@ pub async fn add_memory(project: String, content: String) -> Result<FormOutcome,
     use crate::core::{memories, validate::Fields};
     let user = require_user().await?;
     let body = serde_json::json!({"content": content, "project_id": project}).to_string();
-    let mut fields = Fields::from_json_body(body.as_bytes()).map_err(|e| ServerFnError::new(e.user_message()))?;
+    let mut fields = Fields::from_json_body(body.as_bytes())
+        .map_err(|e| ServerFnError::new(e.user_message()))?;
     let new = memories::read_new(&mut fields);
     if let Err(e) = fields.finish() {
         return form_error(e, "content");
     }
     match memories::enqueue(&state()?.pool, user, &new).await {
-        Ok(task) => Ok(FormOutcome { task_id: Some(task.to_string()), message: Some("Memory queued".into()), ..Default::default() }),
+        Ok(task) => Ok(FormOutcome {
+            task_id: Some(task.to_string()),
+            message: Some("Memory queued".into()),
+            ..Default::default()
+        }),
         Err(e) => form_error(e, "content"),
     }
 }
@@ -74,25 +100,34 @@ pub async fn add_memory(project: String, content: String) -> Result<FormOutcome,
 pub async fn task_status(id: String) -> Result<TaskView, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    crate::core::tasks::get(&state()?.pool, user, &id).await.map_err(server_error)
+    crate::core::tasks::get(&state()?.pool, user, &id)
+        .await
+        .map_err(server_error)
 }
 
 #[server(prefix = "/portal/fn")]
 pub async fn delete_memory(id: String) -> Result<(), ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    crate::core::memories::delete(&state()?.pool, user, &id).await.map_err(server_error)
+    crate::core::memories::delete(&state()?.pool, user, &id)
+        .await
+        .map_err(server_error)
 }
 
 #[server(prefix = "/portal/fn")]
 pub async fn get_memory(id: String) -> Result<MemoryView, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    crate::core::memories::get(&state()?.pool, user, &id).await.map_err(server_error)
+    crate::core::memories::get(&state()?.pool, user, &id)
+        .await
+        .map_err(server_error)
 }
 
 #[server(prefix = "/portal/fn")]
-pub async fn search_memories(query: String, project: String) -> Result<Vec<SearchHit>, ServerFnError> {
+pub async fn search_memories(
+    query: String,
+    project: String,
+) -> Result<Vec<SearchHit>, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
     let state = state()?;
@@ -101,7 +136,10 @@ pub async fn search_memories(query: String, project: String) -> Result<Vec<Searc
         return Err(ServerFnError::new("Type 1 to 4,096 characters to search"));
     }
     let project = Some(project.trim()).filter(|p| !p.is_empty());
-    let (hits, _) = crate::core::search::search(&state.pool, &state.embedder, user, project, &query, 20).await.map_err(server_error)?;
+    let (hits, _) =
+        crate::core::search::search(&state.pool, &state.embedder, user, project, &query, 20)
+            .await
+            .map_err(server_error)?;
     Ok(hits)
 }
 
@@ -109,7 +147,10 @@ pub async fn search_memories(query: String, project: String) -> Result<Vec<Searc
 pub fn ProjectsPage() -> impl IntoView {
     let create = ServerAction::<CreateProject>::new();
     let delete = ServerAction::<DeleteProject>::new();
-    let projects = Resource::new(move || (create.version().get(), delete.version().get()), |_| list_projects());
+    let projects = Resource::new(
+        move || (create.version().get(), delete.version().get()),
+        |_| list_projects(),
+    );
     let confirming = RwSignal::new(None::<String>);
     let created = move || create.value().get();
     view! {
@@ -218,18 +259,32 @@ pub fn ProjectPage() -> impl IntoView {
     let params = use_params_map();
     let query = use_query_map();
     let id = move || params.read().get("id").unwrap_or_default();
-    let page = move || query.read().get("page").and_then(|p| p.parse::<i64>().ok()).unwrap_or(0).max(0);
+    let page = move || {
+        query
+            .read()
+            .get("page")
+            .and_then(|p| p.parse::<i64>().ok())
+            .unwrap_or(0)
+            .max(0)
+    };
     let add = ServerAction::<AddMemory>::new();
     let remove = ServerAction::<DeleteMemory>::new();
     let refresh = RwSignal::new(0u32);
-    let data = Resource::new(move || (id(), page(), refresh.get(), remove.version().get()), |(id, page, _, _)| load_project_page(id, page));
+    let data = Resource::new(
+        move || (id(), page(), refresh.get(), remove.version().get()),
+        |(id, page, _, _)| load_project_page(id, page),
+    );
     let task = RwSignal::new(None::<TaskView>);
     let poller = StoredValue::new(None::<leptos::leptos_dom::helpers::IntervalHandle>);
 
     // When a memory is queued, follow its task until it completes (no reload).
     Effect::new(move |_| {
-        let Some(Ok(outcome)) = add.value().get() else { return };
-        let Some(task_id) = outcome.task_id else { return };
+        let Some(Ok(outcome)) = add.value().get() else {
+            return;
+        };
+        let Some(task_id) = outcome.task_id else {
+            return;
+        };
         if let Some(h) = poller.get_value() {
             h.clear();
         }
@@ -328,7 +383,10 @@ pub fn ProjectPage() -> impl IntoView {
 #[component]
 pub fn MemoryPage() -> impl IntoView {
     let params = use_params_map();
-    let memory = Resource::new(move || params.read().get("id").unwrap_or_default(), get_memory);
+    let memory = Resource::new(
+        move || params.read().get("id").unwrap_or_default(),
+        get_memory,
+    );
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {

@@ -11,12 +11,22 @@ use app::core::accounts;
 use app::core::error::{AppError, AppResult};
 use app::core::state::AppState;
 
-pub async fn register(State(state): State<AppState>, ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>, JsonFields(mut f): JsonFields) -> AppResult<Json<serde_json::Value>> {
+pub async fn register(
+    State(state): State<AppState>,
+    ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>,
+    JsonFields(mut f): JsonFields,
+) -> AppResult<Json<serde_json::Value>> {
     let (email, password) = accounts::read_credentials(&mut f, "email");
     f.finish()?;
-    state.limiter.hit(&format!("register:{}", client_ip(Some(addr))), state.settings.limits.register_per_hour, Duration::from_secs(3600))?;
+    state.limiter.hit(
+        &format!("register:{}", client_ip(Some(addr))),
+        state.settings.limits.register_per_hour,
+        Duration::from_secs(3600),
+    )?;
     let user = accounts::register(&state.pool, &email, &password).await?;
-    Ok(Json(json!({"id": user.id, "email": user.email, "message": "User registered successfully"})))
+    Ok(Json(
+        json!({"id": user.id, "email": user.email, "message": "User registered successfully"}),
+    ))
 }
 
 pub async fn login(State(state): State<AppState>, FormFields(mut f): FormFields) -> Response {
@@ -27,13 +37,22 @@ pub async fn login(State(state): State<AppState>, FormFields(mut f): FormFields)
     }
     if let Some(grant) = f.raw("grant_type").and_then(|v| v.as_str()) {
         if !grant.is_empty() && grant != "password" {
-            f.error("grant_type", "string_pattern_mismatch", "String should match pattern '^password$'", Some(json!({"pattern": "^password$"})));
+            f.error(
+                "grant_type",
+                "string_pattern_mismatch",
+                "String should match pattern '^password$'",
+                Some(json!({"pattern": "^password$"})),
+            );
         }
     }
     if let Err(e) = f.finish() {
         return e.into_response();
     }
-    if let Err(e) = state.limiter.hit(&format!("login:{email}"), state.settings.limits.login_per_minute, Duration::from_secs(60)) {
+    if let Err(e) = state.limiter.hit(
+        &format!("login:{email}"),
+        state.settings.limits.login_per_minute,
+        Duration::from_secs(60),
+    ) {
         return e.into_response();
     }
     match accounts::authenticate(&state.pool, &email, &password).await {
@@ -46,7 +65,12 @@ pub async fn login(State(state): State<AppState>, FormFields(mut f): FormFields)
     }
 }
 
-pub async fn me(State(state): State<AppState>, BearerAuth(user_id): BearerAuth) -> AppResult<Json<accounts::UserRecord>> {
-    let user = accounts::find(&state.pool, user_id).await?.ok_or_else(|| AppError::Unauthorized("Could not validate credentials".into()))?;
+pub async fn me(
+    State(state): State<AppState>,
+    BearerAuth(user_id): BearerAuth,
+) -> AppResult<Json<accounts::UserRecord>> {
+    let user = accounts::find(&state.pool, user_id)
+        .await?
+        .ok_or_else(|| AppError::Unauthorized("Could not validate credentials".into()))?;
     Ok(Json(user))
 }

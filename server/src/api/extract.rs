@@ -14,18 +14,29 @@ use app::core::validate::Fields;
 pub struct JsonFields(pub Fields);
 
 async fn read_body(req: Request, state: &AppState) -> Result<Bytes, AppError> {
-    Bytes::from_request(req, state).await.map_err(|e| if e.status() == StatusCode::PAYLOAD_TOO_LARGE { AppError::PayloadTooLarge } else { AppError::BadRequest("Could not read the request body".into()) })
+    Bytes::from_request(req, state).await.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            AppError::PayloadTooLarge
+        } else {
+            AppError::BadRequest("Could not read the request body".into())
+        }
+    })
 }
 
 fn content_type(req: &Request) -> String {
-    req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase()
 }
 
 impl FromRequest<AppState> for JsonFields {
     type Rejection = AppError;
     async fn from_request(req: Request, state: &AppState) -> Result<Self, AppError> {
         let ct = content_type(&req);
-        let is_json = ct.starts_with("application/json") || (ct.starts_with("application/") && ct.contains("+json"));
+        let is_json = ct.starts_with("application/json")
+            || (ct.starts_with("application/") && ct.contains("+json"));
         let body = read_body(req, state).await?;
         if !is_json {
             return Err(AppError::validation(
@@ -46,7 +57,11 @@ impl FromRequest<AppState> for FormFields {
         let ct = content_type(&req);
         let body = read_body(req, state).await?;
         if !ct.starts_with("application/x-www-form-urlencoded") {
-            return Err(AppError::validation(FieldError::new(&["body"], "model_attributes_type", "Send the login form as application/x-www-form-urlencoded")));
+            return Err(AppError::validation(FieldError::new(
+                &["body"],
+                "model_attributes_type",
+                "Send the login form as application/x-www-form-urlencoded",
+            )));
         }
         Ok(FormFields(Fields::from_form(&body)))
     }
@@ -69,11 +84,22 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
     type Rejection = AppError;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
         let Some(value) = parts.headers.get("x-api-key") else {
-            return Err(AppError::Unauthorized("Missing API key: send it in the X-API-Key header".into()));
+            return Err(AppError::Unauthorized(
+                "Missing API key: send it in the X-API-Key header".into(),
+            ));
         };
-        let secret = value.to_str().map_err(|_| AppError::Unauthorized("Invalid API key".into()))?.trim();
-        let owner = keys::authenticate(&state.pool, secret).await?.ok_or_else(|| AppError::Unauthorized("Invalid API key".into()))?;
-        state.limiter.hit(&format!("api:{}", owner.key_id), state.settings.limits.api_per_minute, std::time::Duration::from_secs(60))?;
+        let secret = value
+            .to_str()
+            .map_err(|_| AppError::Unauthorized("Invalid API key".into()))?
+            .trim();
+        let owner = keys::authenticate(&state.pool, secret)
+            .await?
+            .ok_or_else(|| AppError::Unauthorized("Invalid API key".into()))?;
+        state.limiter.hit(
+            &format!("api:{}", owner.key_id),
+            state.settings.limits.api_per_minute,
+            std::time::Duration::from_secs(60),
+        )?;
         state.usage.record(owner.key_id);
         Ok(ApiKeyAuth(owner))
     }
@@ -85,7 +111,9 @@ pub struct BearerAuth(pub i64);
 /// A 401 with `WWW-Authenticate: Bearer`, as OAuth2 bearer routes answer.
 pub fn bearer_unauthorized(message: &str) -> Response {
     let mut response = AppError::Unauthorized(message.into()).into_response();
-    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
 }
 
@@ -96,9 +124,13 @@ impl FromRequestParts<AppState> for BearerAuth {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
             .ok_or_else(|| bearer_unauthorized("Not authenticated"))?;
-        let user_id = app::core::crypto::verify_token(&state.settings.jwt_secret, token.trim()).ok_or_else(|| bearer_unauthorized("Could not validate credentials"))?;
+        let user_id = app::core::crypto::verify_token(&state.settings.jwt_secret, token.trim())
+            .ok_or_else(|| bearer_unauthorized("Could not validate credentials"))?;
         match app::core::accounts::find(&state.pool, user_id).await {
             Ok(Some(_)) => Ok(BearerAuth(user_id)),
             Ok(None) => Err(bearer_unauthorized("Could not validate credentials")),
@@ -109,5 +141,7 @@ impl FromRequestParts<AppState> for BearerAuth {
 
 /// The client's address, for per-address limits.
 pub fn client_ip(parts_addr: Option<std::net::SocketAddr>) -> String {
-    parts_addr.map(|a| a.ip().to_string()).unwrap_or_else(|| "unknown".into())
+    parts_addr
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
 }

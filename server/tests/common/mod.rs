@@ -20,7 +20,14 @@ pub struct Opts {
 
 impl Default for Opts {
     fn default() -> Self {
-        Self { worker: false, ingest: IngestOptions { backoff: Duration::from_millis(50), ..Default::default() }, settings: Settings::for_tests() }
+        Self {
+            worker: false,
+            ingest: IngestOptions {
+                backoff: Duration::from_millis(50),
+                ..Default::default()
+            },
+            settings: Settings::for_tests(),
+        }
     }
 }
 
@@ -36,7 +43,8 @@ pub struct TestApp {
 }
 
 pub fn admin_url() -> String {
-    std::env::var("ENGRAM_TEST_ADMIN_URL").unwrap_or_else(|_| "postgres://engram:engram@127.0.0.1:5432/postgres".into())
+    std::env::var("ENGRAM_TEST_ADMIN_URL")
+        .unwrap_or_else(|_| "postgres://engram:engram@127.0.0.1:5432/postgres".into())
 }
 
 pub fn database_url(admin: &str, db: &str) -> String {
@@ -48,11 +56,18 @@ pub fn database_url(admin: &str, db: &str) -> String {
 pub async fn fresh_database() -> (String, String) {
     let admin = admin_url();
     let name = format!("engram_test_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = PgConnection::connect(&admin).await.expect("connecting to PostgreSQL (is it running? `make setup`)");
-    sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}"))).execute(&mut conn).await.expect("creating the test database");
+    let mut conn = PgConnection::connect(&admin)
+        .await
+        .expect("connecting to PostgreSQL (is it running? `make setup`)");
+    sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
+        .execute(&mut conn)
+        .await
+        .expect("creating the test database");
     let url = database_url(&admin, &name);
     let pool = server::connect(&url).await.unwrap();
-    server::migrate(&pool).await.expect("migrating the test database");
+    server::migrate(&pool)
+        .await
+        .expect("migrating the test database");
     pool.close().await;
     (name, url)
 }
@@ -62,23 +77,44 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_worker_app() -> TestApp {
-    spawn_with(Opts { worker: true, ..Opts::default() }).await
+    spawn_with(Opts {
+        worker: true,
+        ..Opts::default()
+    })
+    .await
 }
 
 pub async fn spawn_with(opts: Opts) -> TestApp {
     let (db_name, db_url) = fresh_database().await;
     let pool = server::connect(&db_url).await.unwrap();
-    let state = server::build_state(pool.clone(), opts.settings, EmbedderHandle::new(default_model_dir()), "target/site");
+    let state = server::build_state(
+        pool.clone(),
+        opts.settings,
+        EmbedderHandle::new(default_model_dir()),
+        "target/site",
+    );
     let app = serve(state.clone()).await;
     let mut tasks = vec![app.1];
     if opts.worker {
         tasks.push(start_worker(&state, opts.ingest));
     }
-    TestApp { base: app.0, pool, state, http: client(), db_url, db_name, admin_url: admin_url(), tasks }
+    TestApp {
+        base: app.0,
+        pool,
+        state,
+        http: client(),
+        db_url,
+        db_name,
+        admin_url: admin_url(),
+        tasks,
+    }
 }
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
 }
 
 /// Serves the router on a free port.
@@ -86,7 +122,12 @@ pub async fn serve(state: AppState) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let handle = tokio::spawn(async move {
-        axum::serve(listener, server::router(state).into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
+        axum::serve(
+            listener,
+            server::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
     });
     (base, handle)
 }
@@ -95,7 +136,9 @@ pub fn start_worker(state: &AppState, options: IngestOptions) -> tokio::task::Jo
     let ctx = server::ingest_context(state, options);
     let pool = state.pool.clone();
     tokio::spawn(async move {
-        server::worker::run(pool, ctx, 8, Duration::from_secs(2), std::future::pending()).await.unwrap();
+        server::worker::run(pool, ctx, 8, Duration::from_secs(2), std::future::pending())
+            .await
+            .unwrap();
     })
 }
 
@@ -106,10 +149,17 @@ impl Drop for TestApp {
         }
         let (admin, name) = (self.admin_url.clone(), self.db_name.clone());
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async move {
                 if let Ok(mut conn) = PgConnection::connect(&admin).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)"))).execute(&mut conn).await;
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "drop database if exists {name} with (force)"
+                    )))
+                    .execute(&mut conn)
+                    .await;
                 }
             });
         })
@@ -121,7 +171,10 @@ impl Drop for TestApp {
 pub async fn body(r: Response) -> (StatusCode, Value) {
     let status = r.status();
     let text = r.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 impl TestApp {
@@ -129,7 +182,12 @@ impl TestApp {
         format!("{}{}", self.base, path)
     }
 
-    pub async fn post_json(&self, path: &str, payload: &Value, key: Option<&str>) -> (StatusCode, Value) {
+    pub async fn post_json(
+        &self,
+        path: &str,
+        payload: &Value,
+        key: Option<&str>,
+    ) -> (StatusCode, Value) {
         let mut req = self.http.post(self.url(path)).json(payload);
         if let Some(k) = key {
             req = req.header("x-api-key", k);
@@ -154,11 +212,24 @@ impl TestApp {
     }
 
     pub async fn register(&self, email: &str, password: &str) -> (StatusCode, Value) {
-        self.post_json("/api/auth/register", &json!({"email": email, "password": password}), None).await
+        self.post_json(
+            "/api/auth/register",
+            &json!({"email": email, "password": password}),
+            None,
+        )
+        .await
     }
 
     pub async fn login(&self, email: &str, password: &str) -> (StatusCode, Value) {
-        body(self.http.post(self.url("/api/auth/login")).form(&[("username", email), ("password", password)]).send().await.unwrap()).await
+        body(
+            self.http
+                .post(self.url("/api/auth/login"))
+                .form(&[("username", email), ("password", password)])
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
     }
 
     /// A new human account: its bearer token.
@@ -171,7 +242,16 @@ impl TestApp {
     }
 
     pub async fn create_key(&self, token: &str, name: &str) -> (StatusCode, Value) {
-        body(self.http.post(self.url("/api/keys")).bearer_auth(token).json(&json!({"name": name})).send().await.unwrap()).await
+        body(
+            self.http
+                .post(self.url("/api/keys"))
+                .bearer_auth(token)
+                .json(&json!({"name": name}))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
     }
 
     /// A new human account with an API key: (token, key).
@@ -184,7 +264,9 @@ impl TestApp {
 
     /// Queues a memory; its task id.
     pub async fn remember(&self, key: &str, payload: Value) -> String {
-        let (s, b) = self.post_json("/api/v1/memories", &payload, Some(key)).await;
+        let (s, b) = self
+            .post_json("/api/v1/memories", &payload, Some(key))
+            .await;
         assert_eq!(s, 200, "{b}");
         b["task_id"].as_str().unwrap().to_string()
     }
@@ -193,13 +275,18 @@ impl TestApp {
     pub async fn wait_task(&self, key: &str, task_id: &str) -> Value {
         let start = Instant::now();
         loop {
-            let (s, b) = self.get(&format!("/api/v1/tasks/{task_id}"), Some(key)).await;
+            let (s, b) = self
+                .get(&format!("/api/v1/tasks/{task_id}"), Some(key))
+                .await;
             assert_eq!(s, 200, "{b}");
             let status = b["data"]["status"].as_str().unwrap().to_string();
             if status == "completed" || status == "failed" {
                 return b["data"].clone();
             }
-            assert!(start.elapsed() < Duration::from_secs(90), "task {task_id} still {status}");
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "task {task_id} still {status}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -224,7 +311,17 @@ impl TestApp {
 pub fn assert_validation(status: StatusCode, body: &Value, loc: &[&str]) {
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["success"], false);
-    let errors = body["detail"].as_array().unwrap_or_else(|| panic!("detail is not an array: {body}"));
+    let errors = body["detail"]
+        .as_array()
+        .unwrap_or_else(|| panic!("detail is not an array: {body}"));
     let want: Vec<Value> = loc.iter().map(|s| json!(s)).collect();
-    assert!(errors.iter().any(|e| e["loc"].as_array().map(|l| l.starts_with(&want)).unwrap_or(false) && e["msg"].is_string() && e["type"].is_string()), "no error at {loc:?}: {body}");
+    assert!(
+        errors.iter().any(|e| e["loc"]
+            .as_array()
+            .map(|l| l.starts_with(&want))
+            .unwrap_or(false)
+            && e["msg"].is_string()
+            && e["type"].is_string()),
+        "no error at {loc:?}: {body}"
+    );
 }
