@@ -42,6 +42,12 @@ pub enum Bench {
     Locomo {
         #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
         data: PathBuf,
+        /// Reuse the memories of the previous run (the bench database) instead of ingesting again.
+        #[arg(long)]
+        reuse: bool,
+        /// Also print recall@10 for a grid of fusion weights.
+        #[arg(long)]
+        sweep: bool,
     },
     /// Search latency over HTTP at several account sizes.
     Search {
@@ -76,7 +82,7 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             Ok(())
         }
         Bench::Ingest { counts, clients } => ingest(config, &counts, clients).await,
-        Bench::Locomo { data } => locomo(config, &data).await,
+        Bench::Locomo { data, reuse, sweep } => locomo(config, &data, reuse, sweep).await,
         Bench::Search {
             sizes,
             queries,
@@ -93,14 +99,20 @@ struct Harness {
 }
 
 async fn harness(config: &Config, with_worker: bool) -> anyhow::Result<Harness> {
+    harness_on(config, with_worker, true).await
+}
+
+async fn harness_on(config: &Config, with_worker: bool, fresh: bool) -> anyhow::Result<Harness> {
     let admin = replace_db(&config.database_url, "postgres");
     let mut conn = PgConnection::connect(&admin).await?;
-    sqlx::query("drop database if exists engram_bench with (force)")
-        .execute(&mut conn)
-        .await?;
-    sqlx::query("create database engram_bench")
-        .execute(&mut conn)
-        .await?;
+    if fresh {
+        sqlx::query("drop database if exists engram_bench with (force)")
+            .execute(&mut conn)
+            .await?;
+        sqlx::query("create database engram_bench")
+            .execute(&mut conn)
+            .await?;
+    }
     let url = replace_db(&config.database_url, "engram_bench");
     let pool = crate::pool_options()
         .max_connections(40)
@@ -490,10 +502,23 @@ impl Scores {
     }
 }
 
-async fn locomo(config: Config, data: &PathBuf) -> anyhow::Result<()> {
+async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> anyhow::Result<()> {
     let conversations = load_locomo(data)?;
-    let h = harness(&config, true).await?;
-    let (user, key) = h.account("locomo@bench.local").await?;
+    let h = harness_on(&config, true, !reuse).await?;
+    let existing: Option<i64> =
+        sqlx::query_scalar("select id from users where email = 'locomo@bench.local'")
+            .fetch_optional(&h.state.pool)
+            .await?;
+    let ingest_again = !(reuse && existing.is_some());
+    let (user, key) = match existing {
+        Some(id) if reuse => {
+            let key = app::core::keys::create(&h.state.pool, id, None, "bench")
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            (id, key.key)
+        }
+        _ => h.account("locomo@bench.local").await?,
+    };
     println!(
         "# bench locomo: {} ({} conversations)",
         data.display(),
@@ -501,7 +526,7 @@ async fn locomo(config: Config, data: &PathBuf) -> anyhow::Result<()> {
     );
     let start = Instant::now();
     let mut total_turns = 0;
-    for conv in &conversations {
+    for conv in conversations.iter().filter(|_| ingest_again) {
         h.post(
             &key,
             "/api/v1/projects",
@@ -540,35 +565,51 @@ async fn locomo(config: Config, data: &PathBuf) -> anyhow::Result<()> {
         }
     }
     h.wait_all(user, total_turns).await?;
-    println!(
-        "ingested {total_turns} turns through the API in {:.1} s",
-        start.elapsed().as_secs_f64()
-    );
+    if ingest_again {
+        println!(
+            "ingested {total_turns} turns through the API in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+    } else {
+        println!("reusing the memories ingested by the previous run");
+    }
 
     // The fused search over HTTP, as clients use it.
     let mut by_category: HashMap<i64, Scores> = HashMap::new();
     let mut overall = Scores::default();
     let mut latencies = vec![];
     // Each part alone and the fusion, through the same code path (no HTTP), for comparison.
-    let variants = [
-        (
-            "vector only",
-            Weights {
-                vector: 1.0,
-                keyword: 0.0,
-                importance: 0.0,
-            },
-        ),
-        (
-            "keyword only",
-            Weights {
-                vector: 0.0,
-                keyword: 1.0,
-                importance: 0.0,
-            },
-        ),
-        ("fused", Weights::default()),
+    let only = |vector: f32, keyword: f32| Weights {
+        vector,
+        keyword,
+        importance: 0.0,
+        vector_minmax: false,
+    };
+    let mut variants = vec![
+        ("vector only".to_string(), only(1.0, 0.0)),
+        ("keyword only".to_string(), only(0.0, 1.0)),
+        ("fused".to_string(), Weights::default()),
     ];
+    if sweep {
+        for minmax in [false, true] {
+            for v in [0.2f32, 0.3, 0.4, 0.5, 0.6] {
+                let name = format!(
+                    "v{v:.1} k{:.2}{}",
+                    0.95 - v,
+                    if minmax { " minmax" } else { "" }
+                );
+                variants.push((
+                    name,
+                    Weights {
+                        vector: v,
+                        keyword: 0.95 - v,
+                        importance: 0.05,
+                        vector_minmax: minmax,
+                    },
+                ));
+            }
+        }
+    }
     let mut variant_scores = vec![Scores::default(); variants.len()];
     for conv in &conversations {
         let project = format!("locomo-{}", conv.id);

@@ -64,6 +64,7 @@ pub fn build_state(
     // rustls needs one process-wide crypto provider (ring, as sqlx uses); a second install is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
     AppState {
+        writer: app::core::memories::EnqueueWriter::spawn(pool.clone()),
         pool,
         settings: Arc::new(settings),
         limiter: Default::default(),

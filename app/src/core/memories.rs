@@ -4,10 +4,12 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::{PgExecutor, PgPool};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::error::{AppError, AppResult};
 use super::projects;
+use super::state::AppState;
 use super::time::iso;
 use super::validate::Fields;
 use crate::types::MemoryView;
@@ -51,34 +53,138 @@ pub fn read_new(fields: &mut Fields) -> NewMemory {
     }
 }
 
-/// Resolves the project, then writes the `pending` task and its queue job in one transaction:
-/// an answered task id is never lost.
-pub async fn enqueue(pool: &PgPool, user_id: i64, new: &NewMemory) -> AppResult<Uuid> {
+/// Resolves the project, then has the writer store the `pending` task and its queue job; answers
+/// once they are committed: an answered task id is never lost.
+pub async fn enqueue(state: &AppState, user_id: i64, new: &NewMemory) -> AppResult<Uuid> {
+    let project_id = projects::resolve(&state.pool, user_id, &new.project).await?;
+    state.writer.submit(user_id, project_id, new.clone()).await
+}
+
+struct Pending {
+    user_id: i64,
+    project_id: String,
+    new: NewMemory,
+    reply: oneshot::Sender<AppResult<Uuid>>,
+}
+
+/// Group commit for new memories: concurrent requests are written together, each batch as one
+/// transaction (tasks and their queue jobs), and every request is answered after its batch
+/// commits. Under load this turns many small transactions into a few larger ones; alone, a
+/// request is its own batch.
+pub struct EnqueueWriter {
+    queue: mpsc::UnboundedSender<Pending>,
+}
+
+/// Most memories written in one transaction.
+const MAX_WRITE_BATCH: usize = 256;
+
+impl EnqueueWriter {
+    /// Starts the writer task (inside a Tokio runtime).
+    pub fn spawn(pool: PgPool) -> std::sync::Arc<Self> {
+        let (queue, mut rx) = mpsc::unbounded_channel::<Pending>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < MAX_WRITE_BATCH {
+                    match rx.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
+                }
+                let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::new_v4()).collect();
+                match write_batch(&pool, &batch, &ids).await {
+                    Ok(()) => {
+                        for (p, id) in batch.into_iter().zip(ids) {
+                            let _ = p.reply.send(Ok(id));
+                        }
+                    }
+                    // One bad row (a project deleted meanwhile) must not fail the others: write
+                    // them one by one.
+                    Err(_) if batch.len() > 1 => {
+                        for (p, id) in batch.into_iter().zip(ids) {
+                            let result = write_batch(&pool, std::slice::from_ref(&p), &[id])
+                                .await
+                                .map(|_| id);
+                            let _ = p.reply.send(result);
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(p) = batch.pop() {
+                            let _ = p.reply.send(Err(e));
+                        }
+                    }
+                }
+            }
+        });
+        std::sync::Arc::new(Self { queue })
+    }
+
+    async fn submit(&self, user_id: i64, project_id: String, new: NewMemory) -> AppResult<Uuid> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Pending {
+                user_id,
+                project_id,
+                new,
+                reply,
+            })
+            .map_err(|_| anyhow::anyhow!("the memory writer stopped"))?;
+        answer
+            .await
+            .map_err(|_| anyhow::anyhow!("the memory writer stopped"))?
+    }
+}
+
+async fn write_batch(pool: &PgPool, batch: &[Pending], ids: &[Uuid]) -> AppResult<()> {
     let mut tx = pool.begin().await?;
-    let project_id = projects::resolve(&mut *tx, user_id, &new.project).await?;
-    let task_id = Uuid::new_v4();
-    let metadata = new
-        .metadata
-        .clone()
-        .unwrap_or_else(|| Value::Object(Default::default()));
-    sqlx::query("insert into tasks (id, user_id, project_id, content, metadata, agent_id) values ($1, $2, $3, $4, $5, $6)")
-        .bind(task_id)
-        .bind(user_id)
-        .bind(&project_id)
-        .bind(&new.content)
-        .bind(sqlx::types::Json(&metadata))
-        .bind(&new.agent_id)
-        .execute(&mut *tx)
-        .await?;
-    let job =
-        TaskBuilder::new(serde_json::to_vec(&IngestJob { task_id }).map_err(anyhow::Error::from)?)
-            .max_attempts(JOB_MAX_ATTEMPTS)
-            .build();
-    apalis_postgres::queries::push_tasks(&mut *tx, QUEUE, vec![job])
+    let users: Vec<i64> = batch.iter().map(|p| p.user_id).collect();
+    let projects: Vec<&str> = batch.iter().map(|p| p.project_id.as_str()).collect();
+    let contents: Vec<&str> = batch.iter().map(|p| p.new.content.as_str()).collect();
+    let metadata: Vec<sqlx::types::Json<Value>> = batch
+        .iter()
+        .map(|p| {
+            sqlx::types::Json(
+                p.new
+                    .metadata
+                    .clone()
+                    .unwrap_or_else(|| Value::Object(Default::default())),
+            )
+        })
+        .collect();
+    let agents: Vec<Option<String>> = batch.iter().map(|p| p.new.agent_id.clone()).collect();
+    let inserted = sqlx::query(
+        "insert into tasks (id, user_id, project_id, content, metadata, agent_id)
+         select * from unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::text[])",
+    )
+    .bind(ids)
+    .bind(&users)
+    .bind(&projects)
+    .bind(&contents)
+    .bind(&metadata)
+    .bind(&agents)
+    .execute(&mut *tx)
+    .await;
+    if let Err(e) = inserted {
+        // The project went away between resolving and writing.
+        if matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23503")) {
+            return Err(AppError::not_found("Project"));
+        }
+        return Err(e.into());
+    }
+    let mut jobs = Vec::with_capacity(ids.len());
+    for &task_id in ids {
+        let args = serde_json::to_vec(&IngestJob { task_id }).map_err(anyhow::Error::from)?;
+        jobs.push(
+            TaskBuilder::new(args)
+                .max_attempts(JOB_MAX_ATTEMPTS)
+                .build(),
+        );
+    }
+    apalis_postgres::queries::push_tasks(&mut *tx, QUEUE, jobs)
         .await
-        .map_err(|e| anyhow::anyhow!("queueing the memory: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("queueing memories: {e}"))?;
     tx.commit().await?;
-    Ok(task_id)
+    Ok(())
 }
 
 type Row = (

@@ -26,11 +26,15 @@ use super::projects;
 use super::time::iso;
 use crate::types::SearchHit;
 
-pub const W_VECTOR: f32 = 0.5;
-pub const W_KEYWORD: f32 = 0.45;
+pub const W_VECTOR: f32 = 0.6;
+pub const W_KEYWORD: f32 = 0.35;
 pub const W_IMPORTANCE: f32 = 0.05;
+pub const VECTOR_MINMAX: bool = false;
 /// Scopes up to this size are searched exactly.
-pub const EXACT_SCAN_LIMIT: i64 = 20_000;
+pub const EXACT_SCAN_LIMIT: i64 = 3_000;
+/// Document frequencies are counted up to this many rows; a lexeme that common selects no
+/// candidates (it would select most of the scope) and weighs little.
+const DF_CAP: i64 = 1_000;
 const BM25_K1: f64 = 1.2;
 const BM25_B: f64 = 0.75;
 
@@ -40,6 +44,8 @@ pub struct Weights {
     pub vector: f32,
     pub keyword: f32,
     pub importance: f32,
+    /// Min-max normalise the cosine among the candidates instead of using it as it is.
+    pub vector_minmax: bool,
 }
 
 impl Default for Weights {
@@ -48,6 +54,7 @@ impl Default for Weights {
             vector: W_VECTOR,
             keyword: W_KEYWORD,
             importance: W_IMPORTANCE,
+            vector_minmax: VECTOR_MINMAX,
         }
     }
 }
@@ -160,7 +167,7 @@ pub async fn search_with(
             .await?;
     let mut bm25: HashMap<Uuid, f64> = HashMap::new();
     if !lexemes.is_empty() {
-        let cap = EXACT_SCAN_LIMIT.min(scope_size.max(1));
+        let cap = DF_CAP;
         let dfs: Vec<i64> = sqlx::query_scalar(
             "select (select count(*) from (select 1 from memories m
                      where m.user_id = $1 and ($2::text is null or m.project_id = $2)
@@ -173,7 +180,13 @@ pub async fn search_with(
         .bind(cap)
         .fetch_all(&mut *tx)
         .await?;
-        let n = scope_size as f64;
+        // The scope's size for IDF: exact when small, otherwise a count cached for a minute
+        // (IDF needs the order of magnitude, not the last row).
+        let n = if scope_size <= EXACT_SCAN_LIMIT {
+            scope_size
+        } else {
+            scope_count(&mut tx, user_id, project_id.as_deref()).await?
+        } as f64;
         let idf: Vec<f64> = dfs
             .iter()
             .map(|&df| ((n - df as f64 + 0.5) / (df as f64 + 0.5) + 1.0).ln())
@@ -182,7 +195,7 @@ pub async fn search_with(
         let selective: Vec<String> = lexemes
             .iter()
             .zip(&dfs)
-            .filter(|(_, &df)| (df as f64) < 0.3 * n || n < 20.0)
+            .filter(|(_, &df)| df < DF_CAP && ((df as f64) < 0.3 * n || n < 20.0))
             .map(|(l, _)| l.clone())
             .collect();
         if !selective.is_empty() {
@@ -240,6 +253,16 @@ pub async fn search_with(
     timings.db_ms = started.elapsed().as_secs_f64() * 1e3;
 
     let max_bm25 = bm25.values().copied().fold(0.0f64, f64::max);
+    let (min_cos, max_cos) = rows.iter().fold((f64::MAX, f64::MIN), |(lo, hi), r| {
+        (lo.min(r.7), hi.max(r.7))
+    });
+    let vector_part = |cos: f64| -> f32 {
+        if weights.vector_minmax && max_cos > min_cos {
+            ((cos - min_cos) / (max_cos - min_cos)) as f32
+        } else {
+            (cos as f32).clamp(0.0, 1.0)
+        }
+    };
     let mut hits: Vec<SearchHit> = rows
         .into_iter()
         .map(
@@ -249,7 +272,7 @@ pub async fn search_with(
                 } else {
                     0.0
                 };
-                let score = weights.vector * (cos as f32).clamp(0.0, 1.0)
+                let score = weights.vector * vector_part(cos)
                     + weights.keyword * keyword as f32
                     + weights.importance * importance.clamp(0.0, 1.0);
                 SearchHit {
@@ -272,4 +295,33 @@ pub async fn search_with(
     });
     hits.truncate(limit.max(0) as usize);
     Ok((hits, timings))
+}
+
+type CountCache = std::sync::Mutex<HashMap<(i64, Option<String>), (std::time::Instant, i64)>>;
+
+/// How many memories a large scope holds, counted at most once a minute per scope.
+async fn scope_count(
+    tx: &mut sqlx::PgConnection,
+    user_id: i64,
+    project_id: Option<&str>,
+) -> AppResult<i64> {
+    static CACHE: std::sync::OnceLock<CountCache> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (user_id, project_id.map(str::to_string));
+    if let Some((at, n)) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if at.elapsed() < std::time::Duration::from_secs(60) {
+            return Ok(*n);
+        }
+    }
+    let n: i64 = sqlx::query_scalar("select count(*) from memories where user_id = $1 and ($2::text is null or project_id = $2)")
+        .bind(user_id)
+        .bind(project_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() > 10_000 {
+        cache.clear();
+    }
+    cache.insert(key, (std::time::Instant::now(), n));
+    Ok(n)
 }

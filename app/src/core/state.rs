@@ -90,6 +90,8 @@ pub struct AppState {
     pub embedder: EmbedderHandle,
     pub leptos_options: LeptosOptions,
     pub http: reqwest::Client,
+    /// Group commit of new memories.
+    pub writer: Arc<super::memories::EnqueueWriter>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

@@ -86,7 +86,7 @@ pub async fn add_memory(project: String, content: String) -> Result<FormOutcome,
     if let Err(e) = fields.finish() {
         return form_error(e, "content");
     }
-    match memories::enqueue(&state()?.pool, user, &new).await {
+    match memories::enqueue(&state()?, user, &new).await {
         Ok(task) => Ok(FormOutcome {
             task_id: Some(task.to_string()),
             message: Some("Memory queued".into()),

@@ -15,7 +15,7 @@ pub async fn create_memory(
 ) -> AppResult<Json<Value>> {
     let new = memories::read_new(&mut f);
     f.finish()?;
-    let task_id = memories::enqueue(&state.pool, owner.user_id, &new).await?;
+    let task_id = memories::enqueue(&state, owner.user_id, &new).await?;
     Ok(Json(
         json!({"success": true, "message": "Memory queued for processing", "task_id": task_id, "status": "pending"}),
     ))

@@ -1,0 +1,86 @@
+//! The binary's start-up rules and the migrations, against the real PostgreSQL.
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn production_mode_refuses_a_missing_or_weak_jwt_secret() {
+    for secret in [None, Some("too-short")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_engram"));
+        cmd.arg("serve")
+            .env("ENGRAM_MODE", "production")
+            .env("DATABASE_URL", "postgres://engram:engram@127.0.0.1:1/none");
+        cmd.env_remove("ENGRAM_JWT_SECRET");
+        if let Some(s) = secret {
+            cmd.env("ENGRAM_JWT_SECRET", s);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("ENGRAM_JWT_SECRET") && stderr.contains("32 bytes"),
+            "{stderr}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_engram"))
+        .arg("serve")
+        .env("ENGRAM_MODE", "staging")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn migrations_run_down_and_up_again() {
+    let (_name, url) = fresh_database().await;
+    let pool = server::connect(&url).await.unwrap();
+    server::MIGRATOR.undo(&pool, 0).await.unwrap();
+    let tables: i64 = sqlx::query_scalar("select count(*) from information_schema.tables where table_schema = 'public' and table_name in ('users', 'memories', 'tasks')").fetch_one(&pool).await.unwrap();
+    assert_eq!(tables, 0);
+    server::migrate(&pool).await.unwrap();
+    let tables: i64 = sqlx::query_scalar("select count(*) from information_schema.tables where table_schema = 'public' and table_name in ('users', 'memories', 'tasks')").fetch_one(&pool).await.unwrap();
+    assert_eq!(tables, 3);
+    pool.close().await;
+    let admin = admin_url();
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "drop database if exists {_name} with (force)"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn each_api_key_is_rate_limited() {
+    let mut settings = app::core::state::Settings::for_tests();
+    settings.limits.api_per_minute = 3;
+    let app = spawn_with(Opts {
+        settings,
+        ..Opts::default()
+    })
+    .await;
+    let (token, key) = app.user("busy@example.com").await;
+    for _ in 0..3 {
+        assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
+    }
+    let r = app
+        .http
+        .get(app.url("/api/v1/projects"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    // Another key of the same account has its own budget.
+    let other = app.create_key(&token, "second").await.1["data"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(app.get("/api/v1/projects", Some(&other)).await.0, 200);
+}
