@@ -82,3 +82,14 @@ pub struct MailView {
     pub text_body: String,
     pub created_at: String,
 }
+
+/// A live claim as the portal's claim page shows it to the human it names.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PendingClaim {
+    pub machine_id: i64,
+    pub hostname: Option<String>,
+    pub platform: Option<String>,
+    pub projects: i64,
+    pub memories: i64,
+    pub expires_at: String,
+}

@@ -95,7 +95,8 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
+/// Connects, migrates and builds the process's state (serve and worker alike).
+async fn start(config: &Config) -> anyhow::Result<(sqlx::PgPool, app::core::state::AppState)> {
     let pool = server::connect(&config.database_url)
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach PostgreSQL at DATABASE_URL: {e}"))?;
@@ -107,6 +108,11 @@ async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
         embedder,
         &config.site_root.to_string_lossy(),
     );
+    Ok((pool, state))
+}
+
+async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
+    let (pool, state) = start(&config).await?;
     server::spawn_housekeeping(state.clone(), Duration::from_secs(5));
     if with_worker {
         let ctx = server::ingest_context(&state, ingest_options(&config));
@@ -141,15 +147,7 @@ async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
 }
 
 async fn worker(config: Config) -> anyhow::Result<()> {
-    let pool = server::connect(&config.database_url).await?;
-    server::migrate(&pool).await?;
-    let embedder = EmbedderHandle::new(&config.model_dir);
-    let state = server::build_state(
-        pool.clone(),
-        config.settings.clone(),
-        embedder,
-        &config.site_root.to_string_lossy(),
-    );
+    let (pool, state) = start(&config).await?;
     let ctx = server::ingest_context(&state, ingest_options(&config));
     ctx.warm_up().await?;
     server::worker::run(

@@ -25,16 +25,7 @@ pub struct ClaimStarted {
     pub verification_code: Option<String>,
 }
 
-/// A pending claim as the portal's claim page shows it.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct PendingClaim {
-    pub machine_id: i64,
-    pub hostname: Option<String>,
-    pub platform: Option<String>,
-    pub projects: i64,
-    pub memories: i64,
-    pub expires_at: String,
-}
+pub use crate::types::PendingClaim;
 
 fn code_hash(machine_id: i64, code: &str) -> Vec<u8> {
     crypto::sha256(&format!("{machine_id}:{code}"))

@@ -93,20 +93,15 @@ impl Fields {
 
     /// A required string, trimmed, `min..=max` characters long.
     pub fn required_str(&mut self, field: &str, min: usize, max: usize) -> String {
-        match self.map.get(field).cloned() {
-            None | Some(Value::Null) => {
-                let input = Value::Object(self.map.clone());
-                self.push(field, "missing", "Field required", Some(&input), None);
-                String::new()
-            }
-            Some(v) => self
-                .check_str(field, &v, min, max, true)
-                .unwrap_or_default(),
-        }
+        self.required(field, min, max, true)
     }
 
     /// A required string kept as sent (passwords), `min..=max` characters long.
     pub fn required_raw_str(&mut self, field: &str, min: usize, max: usize) -> String {
+        self.required(field, min, max, false)
+    }
+
+    fn required(&mut self, field: &str, min: usize, max: usize, trim: bool) -> String {
         match self.map.get(field).cloned() {
             None | Some(Value::Null) => {
                 let input = Value::Object(self.map.clone());
@@ -114,7 +109,7 @@ impl Fields {
                 String::new()
             }
             Some(v) => self
-                .check_str(field, &v, min, max, false)
+                .check_str(field, &v, min, max, trim)
                 .unwrap_or_default(),
         }
     }

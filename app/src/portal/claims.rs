@@ -5,22 +5,12 @@ use leptos_router::components::A;
 use leptos_router::hooks::use_query_map;
 
 use super::{error_view, field_error, FormOutcome};
-use crate::types::{MachineView, MailView};
+use crate::types::{MachineView, MailView, PendingClaim};
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct ClaimOverview {
-    pub pending: Vec<PendingClaimView>,
+    pub pending: Vec<PendingClaim>,
     pub machines: Vec<MachineView>,
-}
-
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct PendingClaimView {
-    pub machine_id: i64,
-    pub hostname: Option<String>,
-    pub platform: Option<String>,
-    pub projects: i64,
-    pub memories: i64,
-    pub expires_at: String,
 }
 
 #[server(prefix = "/portal/fn")]
@@ -34,20 +24,7 @@ pub async fn claim_page_data() -> Result<ClaimOverview, ServerFnError> {
     let machines = crate::core::machines::claimed_into(&pool, user)
         .await
         .map_err(server_error)?;
-    Ok(ClaimOverview {
-        pending: pending
-            .into_iter()
-            .map(|p| PendingClaimView {
-                machine_id: p.machine_id,
-                hostname: p.hostname,
-                platform: p.platform,
-                projects: p.projects,
-                memories: p.memories,
-                expires_at: p.expires_at,
-            })
-            .collect(),
-        machines,
-    })
+    Ok(ClaimOverview { pending, machines })
 }
 
 #[server(prefix = "/portal/fn")]
