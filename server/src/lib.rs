@@ -108,7 +108,7 @@ pub fn spawn_housekeeping(state: AppState, every: Duration) -> tokio::task::Join
                 tracing::warn!(error = %e, "flushing API usage failed, kept for the next try");
             }
             ticks += 1;
-            if ticks % 600 == 0 {
+            if ticks.is_multiple_of(600) {
                 let _ = sessions::delete_expired(&state.pool).await;
             }
         }

@@ -237,7 +237,8 @@ async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()>
 
 /// The live claims naming a human account, for the portal.
 pub async fn pending_for(pool: &PgPool, human_id: i64) -> AppResult<Vec<PendingClaim>> {
-    let rows: Vec<(i64, Option<String>, Option<String>, i64, i64, DateTime<Utc>)> = sqlx::query_as(
+    type Row = (i64, Option<String>, Option<String>, i64, i64, DateTime<Utc>);
+    let rows: Vec<Row> = sqlx::query_as(
         "select c.machine_id, u.hostname, u.platform,
                 (select count(*) from projects p where p.user_id = c.machine_id),
                 (select count(*) from memories m where m.user_id = c.machine_id),

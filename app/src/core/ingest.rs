@@ -93,7 +93,15 @@ struct Claimed {
 /// Runs one task to `completed` or `failed`. An `Err` is returned only when the database cannot
 /// be reached to record the outcome, so the queue delivers the job again.
 pub async fn process(ctx: &IngestContext, task_id: Uuid) -> anyhow::Result<()> {
-    let claimed: Option<(i64, String, String, Option<sqlx::types::Json<Value>>, Option<String>, i32)> = sqlx::query_as(
+    type Row = (
+        i64,
+        String,
+        String,
+        Option<sqlx::types::Json<Value>>,
+        Option<String>,
+        i32,
+    );
+    let claimed: Option<Row> = sqlx::query_as(
         "update tasks set status = 'processing', started_at = coalesce(started_at, now()), attempts = attempts + 1
          where id = $1 and status in ('pending', 'processing')
          returning user_id, project_id, content, metadata, agent_id, attempts",

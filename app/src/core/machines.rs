@@ -187,7 +187,14 @@ pub async fn claimed_into(
     pool: &PgPool,
     user_id: i64,
 ) -> AppResult<Vec<crate::types::MachineView>> {
-    let rows: Vec<(i64, Option<String>, Option<String>, DateTime<Utc>, Option<DateTime<Utc>>)> =
+    type Row = (
+        i64,
+        Option<String>,
+        Option<String>,
+        DateTime<Utc>,
+        Option<DateTime<Utc>>,
+    );
+    let rows: Vec<Row> =
         sqlx::query_as("select id, hostname, platform, created_at, claimed_at from users where claimed_by = $1 order by claimed_at desc")
             .bind(user_id)
             .fetch_all(pool)

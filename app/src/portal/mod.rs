@@ -153,10 +153,10 @@ pub mod session {
     /// The logged-in user's id, if any.
     pub async fn user_id() -> Result<Option<i64>, ServerFnError> {
         let session = session().await?;
-        Ok(session
+        session
             .get::<i64>(USER_KEY)
             .await
-            .map_err(|e| ServerFnError::new(e.to_string()))?)
+            .map_err(|e| ServerFnError::new(e.to_string()))
     }
 
     /// The logged-in user's id, or the "not logged in" error.
