@@ -16,7 +16,9 @@ mkdir -p "$CACHE"
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
+# Quiet psql: no NOTICE lines for what already exists.
+export PGOPTIONS="--client-min-messages=warning"
+as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- env PGOPTIONS="$PGOPTIONS" "$@"; else sudo -u postgres env PGOPTIONS="$PGOPTIONS" "$@"; fi; }
 
 apt_updated=0
 apt_update() { [ $apt_updated = 1 ] || { $SUDO apt-get update -qq; apt_updated=1; }; }
