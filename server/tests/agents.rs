@@ -84,8 +84,23 @@ async fn auto_register_gives_a_new_key_each_time_on_one_pool() {
     assert_eq!(app.get("/api/v1/memories", Some(k3)).await.1["total"], 0);
 
     // The fingerprint is stored hashed only.
-    let raw: i64 = sqlx::query_scalar("select count(*) from users where convert_from(fingerprint_hash, 'SQL_ASCII') like '%machine-a%'").fetch_one(&app.pool).await.unwrap_or(0);
-    assert_eq!(raw, 0);
+    let (hashed, raw): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where fingerprint_hash = sha256(convert_to($1, 'UTF8'))),
+                count(*) filter (where position(convert_to($1, 'UTF8') in fingerprint_hash) > 0)
+         from users",
+    )
+    .bind(FP_A)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((hashed, raw), (1, 0));
+    let anywhere: i64 =
+        sqlx::query_scalar("select count(*) from users u where u::text like '%' || $1 || '%'")
+            .bind(FP_A)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(anywhere, 0);
 
     for (body, field) in [
         (json!({}), "machine_fingerprint"),

@@ -131,6 +131,24 @@ async fn two_worker_processes_never_process_one_job_twice() {
     let (_, key) = app.user("pair@example.com").await;
     let mut a = worker_process(&app.db_url, 0);
     let mut b = worker_process(&app.db_url, 0);
+    // Both workers registered (each loads the model first) before any job is queued.
+    let start = Instant::now();
+    loop {
+        let registered: i64 =
+            sqlx::query_scalar("select count(*) from apalis.workers where worker_type = $1")
+                .bind(app::core::memories::QUEUE)
+                .fetch_one(&app.pool)
+                .await
+                .unwrap_or(0);
+        if registered >= 2 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the workers did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut tasks = vec![];
     for i in 0..40 {
         tasks.push(
@@ -151,4 +169,15 @@ async fn two_worker_processes_never_process_one_job_twice() {
     let (memories, distinct, max_attempts): (i64, i64, i32) =
         sqlx::query_as("select count(*), count(distinct m.task_id), max(t.attempts) from memories m join tasks t on t.id = m.task_id").fetch_one(&app.pool).await.unwrap();
     assert_eq!((memories, distinct, max_attempts), (40, 40, 1));
+    // Both processes took part: the jobs were locked by two different workers.
+    let workers: i64 =
+        sqlx::query_scalar("select count(distinct lock_by) from apalis.jobs where job_type = $1")
+            .bind(app::core::memories::QUEUE)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        workers, 2,
+        "both worker processes should have processed jobs"
+    );
 }
