@@ -193,18 +193,7 @@ async fn me_refuses_missing_forged_and_expired_tokens() {
             .status(),
         401
     );
-    let user_id = body(
-        app.http
-            .get(app.url("/api/auth/me"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
-    .1["id"]
-        .as_i64()
-        .unwrap();
+    let user_id = app.user_id(&token).await;
     let expired =
         app::core::crypto::issue_token(&app.state.settings.jwt_secret, user_id, -5).unwrap();
     assert_eq!(

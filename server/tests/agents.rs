@@ -157,8 +157,20 @@ async fn machine_stats_reports_real_figures_to_the_machine_only() {
     assert!(d["storage_used"].as_str().unwrap().ends_with("KB"), "{d}");
     assert!(d["created_at"].as_str().unwrap().ends_with('Z'));
 
-    // Counts survive a flush to the database.
+    // Counts survive a flush to the database, which also records when the key was last used.
+    let before: Option<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("select max(last_used_at) from api_keys")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert!(before.is_none());
     app.state.usage.flush(&app.pool).await.unwrap();
+    let used: i64 =
+        sqlx::query_scalar("select count(*) from api_keys where last_used_at is not null")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(used, 1, "the one key that made calls");
     let (_, again) = app
         .get(
             &format!("/api/v1/agents/machine-stats?machine_fingerprint={FP_A}"),
@@ -246,18 +258,7 @@ async fn a_claim_merges_projects_memories_and_keys_into_the_human_account() {
 
     let (s, b) = claim_verify(&app, FP_A, &code).await;
     assert_eq!(s, 200, "{b}");
-    let human_id = body(
-        app.http
-            .get(app.url("/api/auth/me"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await
-    .1["id"]
-        .as_i64()
-        .unwrap();
+    let human_id = app.user_id(&token).await;
     assert_eq!(b["data"]["merged_to_user_id"], human_id.to_string());
     assert!(b["data"]["message"].is_string());
 

@@ -55,11 +55,15 @@ impl UsageCounter {
                 (k, h, c)
             },
         );
+        // The counts and each key's `last_used_at`, in one statement.
         let result = sqlx::query(
-            "insert into api_key_usage (key_id, hour, calls)
-             select u.key_id, u.hour, u.calls from unnest($1::bigint[], $2::timestamptz[], $3::bigint[]) as u(key_id, hour, calls)
-             where exists (select 1 from api_keys k where k.id = u.key_id)
-             on conflict (key_id, hour) do update set calls = api_key_usage.calls + excluded.calls",
+            "with counted as (
+                 insert into api_key_usage (key_id, hour, calls)
+                 select u.key_id, u.hour, u.calls from unnest($1::bigint[], $2::timestamptz[], $3::bigint[]) as u(key_id, hour, calls)
+                 where exists (select 1 from api_keys k where k.id = u.key_id)
+                 on conflict (key_id, hour) do update set calls = api_key_usage.calls + excluded.calls
+                 returning key_id)
+             update api_keys set last_used_at = now() where id in (select key_id from counted)",
         )
         .bind(&keys)
         .bind(&hours)

@@ -241,6 +241,21 @@ impl TestApp {
         b["access_token"].as_str().unwrap().to_string()
     }
 
+    /// The user id behind a bearer token (`/api/auth/me`).
+    pub async fn user_id(&self, token: &str) -> i64 {
+        let (s, me) = body(
+            self.http
+                .get(self.url("/api/auth/me"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(s, 200, "{me}");
+        me["id"].as_i64().unwrap()
+    }
+
     pub async fn create_key(&self, token: &str, name: &str) -> (StatusCode, Value) {
         body(
             self.http
