@@ -10,8 +10,7 @@ site=$CARGO_TARGET_DIR/site/pkg
 mkdir -p "$site"
 cargo build -q -p frontend --lib --target wasm32-unknown-unknown --profile wasm-release
 wasm=$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/frontend.wasm
-if [ ! -f "$site/engram_bg.wasm" ] || [ "$wasm" -nt "$site/engram_bg.wasm" ]; then
-  wasm-bindgen --target web --no-typescript --out-dir "$site" --out-name engram "$wasm"
-fi
+# Always (0.4 s): a timestamp check could keep a bundle another checkout wrote.
+wasm-bindgen --target web --no-typescript --out-dir "$site" --out-name engram "$wasm"
 cp style/main.css "$site/engram.css"
 echo "portal bundle: $site ($(du -h "$site/engram_bg.wasm" | cut -f1) wasm)"
