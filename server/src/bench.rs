@@ -29,6 +29,12 @@ use app::core::state::AppState;
 pub enum Bench {
     /// Held-out accuracy of the local classifier.
     Classifier,
+    /// The embedder alone: one short query at a time (latency) and batches (throughput).
+    Embed {
+        /// LoCoMo file whose questions are the short queries.
+        #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
+        data: PathBuf,
+    },
     /// Ingestion: throughput, acknowledgement latency, idle end-to-end latency.
     Ingest {
         /// Batch sizes to ingest.
@@ -81,6 +87,7 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Bench::Embed { data } => embed(config, &data).await,
         Bench::Ingest { counts, clients } => ingest(config, &counts, clients).await,
         Bench::Locomo { data, reuse, sweep } => locomo(config, &data, reuse, sweep).await,
         Bench::Search {
@@ -116,7 +123,7 @@ async fn harness_on(config: &Config, with_worker: bool, fresh: bool) -> anyhow::
     let url = replace_db(&config.database_url, "engram_bench");
     let pool = crate::pool_options()
         .max_connections(40)
-        .connect(&url)
+        .connect_with(crate::connect_options(&url)?)
         .await?;
     crate::migrate(&pool).await?;
     let mut settings = config.settings.clone();
@@ -204,17 +211,71 @@ impl Harness {
             .await?)
     }
 
-    async fn wait_all(&self, user_id: i64, n: usize) -> anyhow::Result<()> {
+    /// Waits until the account's `n` tasks are completed; answers how long after `since` (a
+    /// database clock reading) the last one completed. Polls only every 250 ms, since each poll
+    /// counts the account's tasks on the same cores as the pipeline measured; the time comes from
+    /// the tasks' own `completed_at`, so the polling interval does not blur it.
+    async fn wait_all(&self, user_id: i64, n: usize, since: DbInstant) -> anyhow::Result<f64> {
         loop {
             let (done, failed) = self.completed(user_id).await?;
             anyhow::ensure!(failed == 0, "{failed} tasks failed");
             if done as usize >= n {
-                return Ok(());
+                break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
+        Ok(sqlx::query_scalar(
+            "select extract(epoch from max(completed_at) - $2)::float8 from tasks where user_id = $1",
+        )
+        .bind(user_id)
+        .bind(since.0)
+        .fetch_one(&self.state.pool)
+        .await?)
+    }
+
+    /// The database's clock now.
+    async fn db_now(&self) -> anyhow::Result<DbInstant> {
+        Ok(DbInstant(
+            sqlx::query_scalar("select clock_timestamp()")
+                .fetch_one(&self.state.pool)
+                .await?,
+        ))
     }
 }
+
+/// The model thread's counters at one moment.
+struct EmbedSnapshot {
+    batches: u64,
+    texts: u64,
+    busy_ns: u64,
+}
+
+impl EmbedSnapshot {
+    fn take(embedder: &EmbedderHandle) -> Self {
+        let s = embedder.stats(app::core::embed::Lane::Bulk);
+        Self {
+            batches: s.batches.load(Ordering::Relaxed),
+            texts: s.texts.load(Ordering::Relaxed),
+            busy_ns: s.busy_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// How busy the model was since `before`, over `elapsed` seconds.
+    fn since(&self, before: &Self, elapsed: f64) -> String {
+        let batches = (self.batches - before.batches).max(1);
+        let busy = (self.busy_ns - before.busy_ns) as f64 / 1e9;
+        format!(
+            "model busy {:.0} % of the run; {} forward passes, {:.1} texts each on average",
+            100.0 * busy / elapsed,
+            batches,
+            (self.texts - before.texts) as f64 / batches as f64
+        )
+    }
+}
+
+/// A reading of the database's clock (task timestamps are on it).
+#[derive(Clone, Copy)]
+struct DbInstant(chrono::DateTime<chrono::Utc>);
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -274,22 +335,30 @@ async fn ingest(config: Config, counts: &[usize], clients: usize) -> anyhow::Res
     let h = harness(&config, true).await?;
     println!("# bench ingest (2 cores; one process: HTTP + apalis worker + embedder; worker concurrency {})", config.worker_concurrency);
 
-    // The embedder's own batched rate, measured in the same run.
+    // The embedder's own batched rate, measured in the same run before and after each round
+    // (the machine's speed drifts by a few per cent between minutes); each round is compared with
+    // the mean of the two measurements around it.
     let texts = synthetic_texts(768, 1);
     h.state.embedder.embed_many(&texts[..32]).await?;
-    let start = Instant::now();
-    h.state.embedder.embed_many(&texts).await?;
-    let embed_rate = texts.len() as f64 / start.elapsed().as_secs_f64();
-    println!(
-        "embedder alone (batches of up to {}): {:.1} texts/s",
-        app::core::embed::MAX_BATCH,
-        embed_rate
-    );
+    let embedder_rate = || async {
+        let start = Instant::now();
+        h.state.embedder.embed_many(&texts).await?;
+        let rate = texts.len() as f64 / start.elapsed().as_secs_f64();
+        println!(
+            "embedder alone ({} texts in batches of up to {}): {rate:.1} texts/s",
+            texts.len(),
+            app::core::embed::MAX_BATCH,
+        );
+        anyhow::Ok(rate)
+    };
+    let mut rate_before = embedder_rate().await?;
 
     for (round, &n) in counts.iter().enumerate() {
         let (user, key) = h.account(&format!("ingest{round}@bench.local")).await?;
         let texts = Arc::new(synthetic_texts(n, 100 + round as u64));
         let next = Arc::new(AtomicUsize::new(0));
+        let before = EmbedSnapshot::take(&h.state.embedder);
+        let since = h.db_now().await?;
         let start = Instant::now();
         let mut handles = vec![];
         for _ in 0..clients {
@@ -325,18 +394,22 @@ async fn ingest(config: Config, counts: &[usize], clients: usize) -> anyhow::Res
             acks.extend(handle.await??);
         }
         let posted = start.elapsed().as_secs_f64();
-        h.wait_all(user, n).await?;
-        let elapsed = start.elapsed().as_secs_f64();
+        let elapsed = h.wait_all(user, n, since).await?;
+        let model = EmbedSnapshot::take(&h.state.embedder).since(&before, elapsed);
+        let rate_after = embedder_rate().await?;
+        let embed_rate = (rate_before + rate_after) / 2.0;
+        rate_before = rate_after;
         let acks = sorted(acks);
         let rate = n as f64 / elapsed;
         println!(
             "ingest {n:>6} memories, {clients} clients: {rate:.1} memories/s end to end ({elapsed:.1} s; all POSTs answered in {posted:.1} s); \
-             ack p50 {:.2} ms p95 {:.2} ms p99 {:.2} ms; ingestion / embedder = {:.0} %",
+             ack p50 {:.2} ms p95 {:.2} ms p99 {:.2} ms; ingestion / embedder ({embed_rate:.1} texts/s) = {:.0} %",
             percentile(&acks, 50.0),
             percentile(&acks, 95.0),
             percentile(&acks, 99.0),
             100.0 * rate / embed_rate
         );
+        println!("  {model}");
     }
 
     // Idle: one memory at a time, POST → completed as a client polling the task sees it.
@@ -368,6 +441,38 @@ async fn ingest(config: Config, counts: &[usize], clients: usize) -> anyhow::Res
     }
     let e2e = sorted(e2e);
     println!("idle POST → completed ({} memories, one at a time, polling every 2 ms): p50 {:.1} ms, p95 {:.1} ms", e2e.len(), percentile(&e2e, 50.0), percentile(&e2e, 95.0));
+    Ok(())
+}
+
+async fn embed(config: Config, data: &PathBuf) -> anyhow::Result<()> {
+    let embedder = EmbedderHandle::new(&config.model_dir);
+    embedder.warm_up().await?;
+    let questions: Vec<String> = load_locomo(data)?
+        .into_iter()
+        .flat_map(|c| c.questions.into_iter().map(|q| q.0))
+        .take(300)
+        .collect();
+    let mut single = vec![];
+    for q in &questions {
+        let t = Instant::now();
+        embedder.embed_query(q).await?;
+        single.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let single = sorted(single);
+    println!(
+        "one query at a time ({} LoCoMo questions): p50 {:.2} ms, p95 {:.2} ms",
+        single.len(),
+        percentile(&single, 50.0),
+        percentile(&single, 95.0)
+    );
+    let texts = synthetic_texts(768, 1);
+    let start = Instant::now();
+    embedder.embed_many(&texts).await?;
+    println!(
+        "memory-like texts in batches of up to {}: {:.1} texts/s",
+        app::core::embed::MAX_BATCH,
+        texts.len() as f64 / start.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -524,8 +629,10 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
         data.display(),
         conversations.len()
     );
+    let since = h.db_now().await?;
     let start = Instant::now();
     let mut total_turns = 0;
+    let mut posters = vec![];
     for conv in conversations.iter().filter(|_| ingest_again) {
         h.post(
             &key,
@@ -539,32 +646,26 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
             .map(|(dia, content, session, date)| json!({"content": content, "project_id": format!("locomo-{}", conv.id), "metadata": {"dia_id": dia, "session": session, "event_time": date}}))
             .collect();
         total_turns += payloads.len();
-        // 16 concurrent posters per conversation.
-        let chunks: Vec<Vec<Value>> = payloads
-            .chunks(payloads.len().div_ceil(16).max(1))
-            .map(|c| c.to_vec())
-            .collect();
-        let mut handles = vec![];
-        for chunk in chunks {
-            let (http, base, key) = (h.http.clone(), h.base.clone(), key.clone());
-            handles.push(tokio::spawn(async move {
-                for p in chunk {
-                    let r = http
-                        .post(format!("{base}/api/v1/memories"))
-                        .header("x-api-key", &key)
-                        .json(&p)
-                        .send()
-                        .await?;
-                    anyhow::ensure!(r.status().is_success(), "POST {}", r.status());
-                }
-                Ok::<_, anyhow::Error>(())
-            }));
-        }
-        for handle in handles {
-            handle.await??;
-        }
+        // Each conversation is stored turn by turn, in order, as an agent would; the
+        // conversations go in side by side.
+        let (http, base, key) = (h.http.clone(), h.base.clone(), key.clone());
+        posters.push(tokio::spawn(async move {
+            for p in payloads {
+                let r = http
+                    .post(format!("{base}/api/v1/memories"))
+                    .header("x-api-key", &key)
+                    .json(&p)
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status().is_success(), "POST {}", r.status());
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
     }
-    h.wait_all(user, total_turns).await?;
+    for poster in posters {
+        poster.await??;
+    }
+    h.wait_all(user, total_turns, since).await?;
     if ingest_again {
         println!(
             "ingested {total_turns} turns through the API in {:.1} s",
@@ -578,36 +679,45 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
     let mut by_category: HashMap<i64, Scores> = HashMap::new();
     let mut overall = Scores::default();
     let mut latencies = vec![];
-    // Each part alone and the fusion, through the same code path (no HTTP), for comparison.
-    let only = |vector: f32, keyword: f32| Weights {
-        vector,
-        keyword,
-        importance: 0.0,
-        vector_minmax: false,
-    };
+    // Each part alone, the fusion without one of its parts, and the fusion, through the same
+    // code path (no HTTP), for comparison.
+    let fused = Weights::default();
     let mut variants = vec![
-        ("vector only".to_string(), only(1.0, 0.0)),
-        ("keyword only".to_string(), only(0.0, 1.0)),
-        ("fused".to_string(), Weights::default()),
+        ("vector only".to_string(), Weights::only(1.0, 0.0)),
+        ("keyword only".to_string(), Weights::only(0.0, 1.0)),
+        (
+            "fused, no dates".to_string(),
+            Weights { date: 0.0, ..fused },
+        ),
+        (
+            "fused, no neighbours".to_string(),
+            Weights {
+                neighbour: 0.0,
+                context_terms: 0.0,
+                ..fused
+            },
+        ),
+        ("fused".to_string(), fused),
     ];
     if sweep {
-        for minmax in [false, true] {
-            for v in [0.2f32, 0.3, 0.4, 0.5, 0.6] {
-                let name = format!(
-                    "v{v:.1} k{:.2}{}",
-                    0.95 - v,
-                    if minmax { " minmax" } else { "" }
-                );
-                variants.push((
-                    name,
-                    Weights {
-                        vector: v,
-                        keyword: 0.95 - v,
-                        importance: 0.05,
-                        vector_minmax: minmax,
-                    },
-                ));
+        for v in [0.5f32, 0.6, 0.7] {
+            for neighbour in [0.2f32, 0.3, 0.4] {
+                for context_terms in [0.2, 0.3, 0.5] {
+                    variants.push((
+                        format!("v{v:.1} n{neighbour:.1} c{context_terms:.1}"),
+                        Weights {
+                            vector: v,
+                            keyword: 0.95 - v,
+                            neighbour,
+                            context_terms,
+                            ..fused
+                        },
+                    ));
+                }
             }
+        }
+        for date in [0.1f32, 0.3] {
+            variants.push((format!("date {date:.1}"), Weights { date, ..fused }));
         }
     }
     let mut variant_scores = vec![Scores::default(); variants.len()];
@@ -777,7 +887,8 @@ async fn search_latency(
                 .await?; // warm-up
         }
         let mut http_ms = vec![];
-        let (mut embed_ms, mut db_ms, mut direct_ms) = (vec![], vec![], vec![]);
+        let mut direct_ms = vec![];
+        let mut parts: Vec<search::Timings> = vec![];
         for q in questions.iter().cycle().skip(20).take(queries) {
             let t = Instant::now();
             h.post(&key, "/api/v1/memories/search", &json!({"query": q}))
@@ -790,16 +901,23 @@ async fn search_latency(
                 .await
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             direct_ms.push(t.elapsed().as_secs_f64() * 1e3);
-            embed_ms.push(timings.embed_ms);
-            db_ms.push(timings.db_ms);
+            parts.push(timings);
         }
-        let (http_ms, direct_ms) = (sorted(http_ms), sorted(direct_ms));
-        let (embed_sum, db_sum, direct_sum): (f64, f64, f64) = (
-            embed_ms.iter().sum(),
-            db_ms.iter().sum(),
-            direct_ms.iter().sum(),
+        let (http_ms, direct_ms_sorted) = (sorted(http_ms), sorted(direct_ms.clone()));
+        let direct_sum: f64 = direct_ms.iter().sum();
+        // The keyword part runs while the query is embedded; PostgreSQL's share of the time is
+        // the part of it that outlasts the embedding plus the statement after it.
+        let embed_sum: f64 = parts.iter().map(|p| p.embed_ms).sum();
+        let db_sum: f64 = parts
+            .iter()
+            .map(|p| (p.keyword_ms - p.embed_ms).max(0.0) + p.candidates_ms)
+            .sum();
+        let pick = |f: fn(&search::Timings) -> f64| sorted(parts.iter().map(f).collect());
+        let (embed, keyword, after) = (
+            pick(|p| p.embed_ms),
+            pick(|p| p.keyword_ms),
+            pick(|p| p.candidates_ms),
         );
-        let (embed_ms, db_ms) = (sorted(embed_ms), sorted(db_ms));
         println!(
             "  over HTTP (limit 10, {} queries, one at a time): p50 {:.1} ms, p95 {:.1} ms",
             http_ms.len(),
@@ -807,13 +925,17 @@ async fn search_latency(
             percentile(&http_ms, 95.0)
         );
         println!(
-            "  in process: p50 {:.1} ms, p95 {:.1} ms; embedding the query p50 {:.1} ms ({:.0} % of the time), PostgreSQL p50 {:.1} ms p95 {:.1} ms ({:.0} %)",
-            percentile(&direct_ms, 50.0),
-            percentile(&direct_ms, 95.0),
-            percentile(&embed_ms, 50.0),
+            "  in process: p50 {:.1} ms, p95 {:.1} ms; embedding the query p50 {:.1} ms p95 {:.1} ms ({:.0} % of the time); \
+             PostgreSQL: keyword part p50 {:.1} ms p95 {:.1} ms (beside the embedding), then candidates p50 {:.1} ms p95 {:.1} ms ({:.0} % of the time)",
+            percentile(&direct_ms_sorted, 50.0),
+            percentile(&direct_ms_sorted, 95.0),
+            percentile(&embed, 50.0),
+            percentile(&embed, 95.0),
             100.0 * embed_sum / direct_sum,
-            percentile(&db_ms, 50.0),
-            percentile(&db_ms, 95.0),
+            percentile(&keyword, 50.0),
+            percentile(&keyword, 95.0),
+            percentile(&after, 50.0),
+            percentile(&after, 95.0),
             100.0 * db_sum / direct_sum
         );
     }

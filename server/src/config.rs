@@ -98,7 +98,10 @@ impl Config {
             site_root: var("ENGRAM_SITE_ROOT")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| "target/site".into()),
-            worker_concurrency: parse("ENGRAM_WORKER_CONCURRENCY", 16)?,
+            worker_concurrency: parse(
+                "ENGRAM_WORKER_CONCURRENCY",
+                2 * app::core::embed::MAX_BATCH,
+            )?,
             failpoint_ingest_delay_ms: if production {
                 0
             } else {

@@ -1,6 +1,6 @@
 //! The apalis worker that runs ingestion jobs from PostgreSQL (inside `serve`, or alone as
-//! `engram worker`). The fetched batch runs concurrently (apalis drives a worker's jobs
-//! together); the embedder batches their model calls.
+//! `engram worker`). Up to `concurrency` jobs run at once; the embedder batches their model
+//! calls, so two model batches' worth keeps the model busy while the previous batch is stored.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,9 +41,11 @@ pub async fn run(
     heartbeat: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // A worker holds at most `concurrency` running jobs (plus one fetched batch): the rest stay
+    // `Pending` in the queue for other workers, and no task says `processing` while it waits.
     let config = QueueConfig::default()
         .queue(QUEUE)
-        .batch_size(concurrency)
+        .batch_size(concurrency.min(app::core::embed::MAX_BATCH))
         .heartbeat_interval(heartbeat);
     let backend = PostgresStorage::new(&pool)
         .with_config(config)
@@ -52,6 +54,7 @@ pub async fn run(
     tracing::info!(worker = %name, concurrency, "worker started");
     let worker = WorkerBuilder::new(name)
         .backend(backend)
+        .concurrency(concurrency)
         .data(ctx)
         .build(handle);
     worker

@@ -1,7 +1,9 @@
 //! all-MiniLM-L6-v2 in candle: 384-d sentence vectors (attention-mask mean pooling,
-//! L2-normalised). One model per process, owned by a dedicated thread that micro-batches the
-//! requests queued while it was busy, so the async threads never run the model.
+//! L2-normalised). One model per process, shared by two lanes (search queries, memories), each
+//! a dedicated thread that micro-batches the requests queued while it was busy, so the async
+//! threads never run the model.
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{anyhow, Context};
@@ -100,10 +102,34 @@ impl Embedder {
 }
 
 type Reply = oneshot::Sender<Result<Vec<f32>, String>>;
+type Queue = mpsc::UnboundedSender<(String, Reply)>;
+
+/// Which queue a text waits in. Each lane has its own model thread over the one shared model, so
+/// a search never waits behind a batch of memories being ingested.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Search queries: somebody waits for the answer.
+    Query = 0,
+    /// Memories being ingested: batches of up to `MAX_BATCH`, for throughput.
+    Bulk = 1,
+}
 
 struct Inner {
     dir: PathBuf,
-    queue: OnceLock<mpsc::UnboundedSender<(String, Reply)>>,
+    model: OnceLock<Result<Arc<Embedder>, String>>,
+    lanes: [OnceLock<Queue>; 2],
+    stats: [Arc<EmbedStats>; 2],
+}
+
+/// What a lane's model thread has done so far (benchmarks read it to see how busy it was).
+#[derive(Default, Debug)]
+pub struct EmbedStats {
+    /// Forward passes run.
+    pub batches: AtomicU64,
+    /// Texts embedded.
+    pub texts: AtomicU64,
+    /// Time spent in forward passes, in nanoseconds.
+    pub busy_ns: AtomicU64,
 }
 
 /// A cheap handle to the process's one model; the model loads on first use.
@@ -117,9 +143,16 @@ impl EmbedderHandle {
         Self {
             inner: Arc::new(Inner {
                 dir: dir.into(),
-                queue: OnceLock::new(),
+                model: OnceLock::new(),
+                lanes: Default::default(),
+                stats: Default::default(),
             }),
         }
+    }
+
+    /// Counters of one lane's model thread.
+    pub fn stats(&self, lane: Lane) -> &EmbedStats {
+        &self.inner.stats[lane as usize]
     }
 
     /// The model directory.
@@ -127,22 +160,47 @@ impl EmbedderHandle {
         &self.inner.dir
     }
 
-    fn queue(&self) -> &mpsc::UnboundedSender<(String, Reply)> {
-        self.inner.queue.get_or_init(|| {
+    fn queue(&self, lane: Lane) -> &Queue {
+        self.inner.lanes[lane as usize].get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let dir = self.inner.dir.clone();
+            let inner = self.inner.clone();
+            // Each lane runs on the one thread of its own rayon pool: candle's softmax and layer
+            // norm (and the tokenizer) use rayon, and called from any other thread each of them
+            // would wait for a pool thread to be scheduled, 19 hand-offs per forward pass, each
+            // delayed whenever the other core is busy.
+            let name = format!("embed-{lane:?}").to_lowercase();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(move |_| name.clone())
+                .build()
+                .expect("building an embedder thread pool");
             std::thread::Builder::new()
-                .name("embedder".into())
-                .spawn(move || run_model(dir, rx))
-                .expect("spawning the embedder thread");
+                .name("embed-owner".into())
+                .spawn(move || {
+                    pool.install(|| {
+                        let model = inner
+                            .model
+                            .get_or_init(|| {
+                                Embedder::load(&inner.dir)
+                                    .map(Arc::new)
+                                    .map_err(|e| format!("{e:#}"))
+                            })
+                            .clone();
+                        if let Err(e) = &model {
+                            tracing::error!(error = %e, "loading the embedding model failed");
+                        }
+                        run_model(model, rx, &inner.stats[lane as usize])
+                    })
+                })
+                .expect("spawning an embedder thread");
             tx
         })
     }
 
-    /// Embeds one text; concurrent calls are batched together.
-    pub async fn embed(&self, text: &str) -> anyhow::Result<Vec<f32>> {
+    /// Embeds one text in `lane`; concurrent calls are batched together.
+    pub async fn embed_in(&self, lane: Lane, text: &str) -> anyhow::Result<Vec<f32>> {
         let (tx, rx) = oneshot::channel();
-        self.queue()
+        self.queue(lane)
             .send((text.to_string(), tx))
             .map_err(|_| anyhow!("embedder thread stopped"))?;
         rx.await
@@ -150,25 +208,36 @@ impl EmbedderHandle {
             .map_err(|e| anyhow!(e))
     }
 
-    /// Embeds many texts, batched.
+    /// Embeds a search query (the query lane).
+    pub async fn embed_query(&self, text: &str) -> anyhow::Result<Vec<f32>> {
+        self.embed_in(Lane::Query, text).await
+    }
+
+    /// Embeds one memory (the bulk lane).
+    pub async fn embed(&self, text: &str) -> anyhow::Result<Vec<f32>> {
+        self.embed_in(Lane::Bulk, text).await
+    }
+
+    /// Embeds many texts in the bulk lane, batched.
     pub async fn embed_many(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
         let futures = texts.iter().map(|t| self.embed(t));
         futures::future::try_join_all(futures).await
     }
 
-    /// Loads the model now (start-up), so the first request does not pay for it.
+    /// Loads the model and starts both lanes now (start-up), so the first request does not pay.
     pub async fn warm_up(&self) -> anyhow::Result<()> {
-        self.embed("warm up").await.map(|_| ())
+        self.embed_in(Lane::Bulk, "warm up").await?;
+        self.embed_in(Lane::Query, "warm up").await.map(|_| ())
     }
 }
 
-/// The model thread: waits for a request, takes whatever else is queued (up to a batch), runs
-/// one forward pass and answers each caller.
-fn run_model(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(String, Reply)>) {
-    let model = Embedder::load(&dir).map_err(|e| format!("{e:#}"));
-    if let Err(e) = &model {
-        tracing::error!(error = %e, "loading the embedding model failed");
-    }
+/// A lane's model thread: waits for a request, takes whatever else is queued (up to a batch),
+/// runs one forward pass and answers each caller.
+fn run_model(
+    model: Result<Arc<Embedder>, String>,
+    mut rx: mpsc::UnboundedReceiver<(String, Reply)>,
+    stats: &EmbedStats,
+) {
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -178,10 +247,16 @@ fn run_model(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(String, Reply)>) {
             }
         }
         let (texts, replies): (Vec<String>, Vec<Reply>) = batch.into_iter().unzip();
+        let started = std::time::Instant::now();
         let result = match &model {
             Ok(m) => m.embed_batch(&texts).map_err(|e| format!("{e:#}")),
             Err(e) => Err(e.clone()),
         };
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        stats.texts.fetch_add(texts.len() as u64, Ordering::Relaxed);
+        stats
+            .busy_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match result {
             Ok(vectors) => {
                 for (reply, v) in replies.into_iter().zip(vectors) {

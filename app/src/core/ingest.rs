@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use pgvector::Vector;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -11,6 +12,7 @@ use tokio::sync::OnceCell;
 use uuid::Uuid;
 
 use super::classify::{importance, Centroids, SECTORS};
+use super::dates;
 use super::embed::{EmbedderHandle, MODEL_NAME};
 use super::llm;
 use super::state::LlmSettings;
@@ -81,6 +83,8 @@ impl IngestContext {
     }
 }
 
+/// A task as the worker claims it.
+#[derive(sqlx::FromRow)]
 struct Claimed {
     user_id: i64,
     project_id: String,
@@ -88,38 +92,24 @@ struct Claimed {
     metadata: Option<sqlx::types::Json<Value>>,
     agent_id: Option<String>,
     attempts: i32,
+    seq: i64,
+    created_at: DateTime<Utc>,
 }
 
 /// Runs one task to `completed` or `failed`. An `Err` is returned only when the database cannot
 /// be reached to record the outcome, so the queue delivers the job again.
 pub async fn process(ctx: &IngestContext, task_id: Uuid) -> anyhow::Result<()> {
-    type Row = (
-        i64,
-        String,
-        String,
-        Option<sqlx::types::Json<Value>>,
-        Option<String>,
-        i32,
-    );
-    let claimed: Option<Row> = sqlx::query_as(
+    let claimed: Option<Claimed> = sqlx::query_as(
         "update tasks set status = 'processing', started_at = coalesce(started_at, now()), attempts = attempts + 1
          where id = $1 and status in ('pending', 'processing')
-         returning user_id, project_id, content, metadata, agent_id, attempts",
+         returning user_id, project_id, content, metadata, agent_id, attempts, seq, created_at",
     )
     .bind(task_id)
     .fetch_optional(&ctx.pool)
     .await?;
     // Already completed or failed, or deleted with its project: nothing to do.
-    let Some((user_id, project_id, content, metadata, agent_id, attempts)) = claimed else {
+    let Some(task) = claimed else {
         return Ok(());
-    };
-    let task = Claimed {
-        user_id,
-        project_id,
-        content,
-        metadata,
-        agent_id,
-        attempts,
     };
     if !ctx.options.delay_after_start.is_zero() {
         tokio::time::sleep(ctx.options.delay_after_start).await;
@@ -166,22 +156,10 @@ async fn try_once(
     }
     let embedding = ctx.embedder.embed(&task.content).await?;
     let vector = Vector::from(embedding.clone());
-    let nearest: Option<f64> = {
-        let mut tx = ctx.pool.begin().await?;
-        sqlx::query("set local hnsw.iterative_scan = relaxed_order")
-            .execute(&mut *tx)
-            .await?;
-        let sim = sqlx::query_scalar("select 1 - (embedding <=> $2) from memories where user_id = $1 order by embedding <=> $2 limit 1")
-            .bind(task.user_id)
-            .bind(&vector)
-            .fetch_optional(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        sim
-    };
+    let nearest = nearest_similarity(&ctx.pool, task.user_id, &vector).await?;
     let centroids = ctx.centroids().await?;
     let local_sector = centroids.classify(&embedding, &task.content);
-    let local_importance = importance(local_sector, &task.content, nearest.map(|s| s as f32));
+    let local_importance = importance(local_sector, &task.content, nearest);
     let (sector, importance_score) = match &ctx.llm {
         Some(settings) => match llm::classify(&ctx.http, settings, &task.content).await {
             Ok(answer) => (answer.sector, answer.importance.unwrap_or(local_importance)),
@@ -193,14 +171,26 @@ async fn try_once(
         None => (local_sector, local_importance),
     };
 
-    let mut tx = ctx.pool.begin().await?;
-    let memory_id = Uuid::new_v4();
+    // The memory and the task's completion in one statement (one transaction). A memory stored
+    // by an earlier try of this task (whose answer was lost) is kept and reported instead.
+    let event_day = dates::event_day(task.metadata.as_ref().map(|m| &m.0))
+        .unwrap_or_else(|| dates::utc_day(task.created_at));
     sqlx::query(
-        "insert into memories (id, user_id, project_id, task_id, content, metadata, agent_id, cognitive_sector, importance_score, embedding, embedding_model)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-         on conflict (task_id) do nothing",
+        "with inserted as (
+             insert into memories (id, user_id, project_id, task_id, content, metadata, agent_id,
+                 cognitive_sector, importance_score, embedding, embedding_model, seq, event_day)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             on conflict (task_id) do nothing
+             returning id, cognitive_sector, importance_score),
+         stored as (
+             select id, cognitive_sector, importance_score from inserted
+             union all
+             select id, cognitive_sector, importance_score from memories where task_id = $4)
+         update tasks t set status = 'completed', memory_id = s.id, cognitive_sector = s.cognitive_sector,
+             importance_score = s.importance_score, completed_at = now(), error = null
+         from stored s where t.id = $4",
     )
-    .bind(memory_id)
+    .bind(Uuid::new_v4())
     .bind(task.user_id)
     .bind(&task.project_id)
     .bind(task_id)
@@ -211,16 +201,30 @@ async fn try_once(
     .bind(importance_score)
     .bind(&vector)
     .bind(MODEL_NAME)
-    .execute(&mut *tx)
+    .bind(task.seq)
+    .bind(event_day)
+    .execute(&ctx.pool)
     .await?;
-    sqlx::query(
-        "update tasks t set status = 'completed', memory_id = m.id, cognitive_sector = m.cognitive_sector,
-            importance_score = m.importance_score, completed_at = now(), error = null
-         from memories m where t.id = $1 and m.task_id = t.id",
-    )
-    .bind(task_id)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
     Ok(())
+}
+
+/// Accounts up to this many memories are compared exactly for novelty; larger ones through the
+/// HNSW index (approximate, which novelty can afford).
+const NOVELTY_EXACT_LIMIT: i32 = 500;
+
+/// The cosine similarity of the account's memory nearest to `vector` (`None` for a new account);
+/// see the migration that defines `nearest_memory_similarity`.
+async fn nearest_similarity(
+    pool: &PgPool,
+    user_id: i64,
+    vector: &Vector,
+) -> anyhow::Result<Option<f32>> {
+    Ok(
+        sqlx::query_scalar("select nearest_memory_similarity($1, $2, $3)")
+            .bind(user_id)
+            .bind(vector)
+            .bind(NOVELTY_EXACT_LIMIT)
+            .fetch_one(pool)
+            .await?,
+    )
 }

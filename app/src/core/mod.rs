@@ -7,13 +7,15 @@
 //! - `crypto`: password hashes, tokens, keys, codes (hashes only are stored);
 //! - `accounts`, `keys`, `projects`, `memories`, `tasks`, `machines`, `claims`: resources;
 //! - `embed`, `classify`, `llm`, `ingest`: the model, the classifier and the queue job;
-//! - `search`: hybrid search;
+//! - `search`: hybrid search; `terms`: cached term statistics for its BM25; `dates`: the days
+//!   a query or a memory's metadata names;
 //! - `mail`, `smtp`: outgoing mail and the development mailbox;
 //! - `ratelimit`, `usage`: in-memory limits and batched API-call counts.
 pub mod accounts;
 pub mod claims;
 pub mod classify;
 pub mod crypto;
+pub mod dates;
 pub mod embed;
 pub mod error;
 pub mod ingest;
@@ -28,6 +30,7 @@ pub mod search;
 pub mod smtp;
 pub mod state;
 pub mod tasks;
+pub mod terms;
 pub mod time;
 pub mod usage;
 pub mod validate;

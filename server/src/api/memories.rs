@@ -82,7 +82,8 @@ pub async fn search_memories(
     .await?;
     tracing::debug!(
         search.embed_ms = timings.embed_ms,
-        search.db_ms = timings.db_ms,
+        search.keyword_ms = timings.keyword_ms,
+        search.candidates_ms = timings.candidates_ms,
         "search"
     );
     Ok(Json(json!({"success": true, "data": hits, "query": query})))

@@ -1,0 +1,1 @@
+drop function nearest_memory_similarity(bigint, vector, int);
