@@ -239,3 +239,116 @@ async fn a_small_account_among_100000_memories_gets_all_its_results() {
             .unwrap();
     assert_eq!(theirs, 100);
 }
+
+const CONVERSATION: [&str; 12] = [
+    "Alice: I watched a documentary about impressionist artists.",
+    "Alice: The art supply shop closes early on Sundays.",
+    "Alice: Morning Bob, how was your week?",
+    "Bob: Busy, the quarterly report took most of it.",
+    "Alice: Did you finish reading that mystery novel?",
+    "Bob: Yes, the detective was the culprit all along.",
+    "Alice: What did you paint last weekend, Bob?",
+    "Bob: A sunset over the harbour, in watercolour.",
+    "Alice: Are you still going to the climbing gym?",
+    "Bob: Twice a week, my fingers are getting stronger.",
+    "Alice: My cousin is visiting from Lisbon next month.",
+    "Bob: Lovely, take her to the botanical gardens.",
+];
+
+/// The rank (0-based) and score of `content` among the hits.
+fn place(hits: &[Value], content: &str) -> (usize, f64) {
+    let i = hits
+        .iter()
+        .position(|h| h["content"] == content)
+        .unwrap_or_else(|| panic!("{content:?} not found in {hits:?}"));
+    (i, hits[i]["score"].as_f64().unwrap())
+}
+
+#[tokio::test]
+async fn an_answer_is_found_through_the_question_before_it() {
+    let app = spawn_worker_app().await;
+    let (_, key) = app.user("talk@example.com").await;
+    for name in ["talk", "apart"] {
+        app.post_json("/api/v1/projects", &json!({"name": name}), Some(&key))
+            .await;
+    }
+    // The same turns twice: once as one conversation (one stream, in order), once with every
+    // turn from a different agent, so that no turn is another's neighbour.
+    let mut payloads: Vec<Value> = CONVERSATION
+        .iter()
+        .map(|c| json!({"content": c, "project_id": "talk"}))
+        .collect();
+    payloads.extend(CONVERSATION.iter().enumerate().map(
+        |(i, c)| json!({"content": c, "project_id": "apart", "agent_id": format!("agent-{i}")}),
+    ));
+    app.store_all(&key, payloads).await;
+
+    // The order of submission is kept: the answer directly follows its question.
+    let seqs: Vec<String> = sqlx::query_scalar(
+        "select content from memories where project_id = (select id from projects where name = 'talk')
+         order by seq",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(seqs, CONVERSATION);
+
+    let answer = CONVERSATION[7];
+    let query = "What was painted last weekend?";
+    let talk = search(&app, &key, json!({"query": query, "project_id": "talk"})).await;
+    let apart = search(&app, &key, json!({"query": query, "project_id": "apart"})).await;
+    let (talk_rank, talk_score) = place(&talk, answer);
+    let (apart_rank, apart_score) = place(&apart, answer);
+    // Its question comes first; the question's other neighbour can come between them.
+    assert!(
+        talk_rank <= 2,
+        "{:?}\n{:?}",
+        contents(&talk),
+        contents(&apart)
+    );
+    assert!(
+        talk_rank < apart_rank && talk_score > apart_score + 0.05,
+        "in the conversation: #{talk_rank} {talk_score:.3}; apart: #{apart_rank} {apart_score:.3}\n{:?}\n{:?}",
+        contents(&talk),
+        contents(&apart)
+    );
+}
+
+#[tokio::test]
+async fn a_query_naming_a_day_favours_memories_of_that_day() {
+    let app = spawn_worker_app().await;
+    let (_, key) = app.user("diary@example.com").await;
+    let content = "We visited the science museum with the kids.";
+    let ids = app
+        .store_all(
+            &key,
+            vec![
+                json!({"content": content, "metadata": {"event_time": "2023-05-08T14:00:00Z"}}),
+                json!({"content": content, "metadata": {"date": "20 June, 2023"}}),
+                json!({"content": "The kids loved the planetarium show."}),
+            ],
+        )
+        .await;
+    let days: Vec<String> = sqlx::query_scalar(
+        "select event_day::text from memories where id = any($1::uuid[]) order by seq",
+    )
+    .bind(&ids)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let today = chrono::Utc::now().date_naive().to_string();
+    assert_eq!(
+        days,
+        vec!["2023-05-08".to_string(), "2023-06-20".into(), today]
+    );
+
+    // The two visits differ only in their days: the day the query names decides, either way.
+    for (query, day) in [
+        ("Where did we go on 20 June 2023?", ids[1].as_str()),
+        ("Where did we go on 8 May 2023?", ids[0].as_str()),
+        ("Where did we go in June 2023?", ids[1].as_str()),
+    ] {
+        let hits = search(&app, &key, json!({"query": query})).await;
+        assert_eq!(hits[0]["id"], day, "{query}: {hits:?}");
+    }
+}

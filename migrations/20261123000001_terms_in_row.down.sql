@@ -1,0 +1,1 @@
+alter table memories alter column tsv set storage extended;
