@@ -87,6 +87,11 @@ impl Config {
                 .unwrap_or_else(|| "Engram <noreply@engram.local>".into()),
             llm,
             claim_ttl_secs: 15 * 60,
+            key_cache: match var("ENGRAM_KEY_CACHE").as_deref() {
+                None | Some("on") => true,
+                Some("off") => false,
+                Some(other) => bail!("ENGRAM_KEY_CACHE must be `on` or `off`, not {other:?}"),
+            },
         };
         Ok(Self {
             database_url: var("DATABASE_URL")

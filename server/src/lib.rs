@@ -86,7 +86,10 @@ pub fn build_state(
 ) -> AppState {
     // rustls needs one process-wide crypto provider (ring, as sqlx uses); a second install is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let keys = app::core::keys::KeyCache::new(settings.key_cache);
+    keys.listen(pool.clone());
     AppState {
+        keys,
         writer: app::core::memories::EnqueueWriter::spawn(pool.clone()),
         pool,
         settings: Arc::new(settings),

@@ -223,6 +223,8 @@ async fn me_refuses_missing_forged_and_expired_tokens() {
 #[tokio::test]
 async fn keys_are_shown_once_masked_after_and_dead_once_deleted() {
     let app = spawn_app().await;
+    // Keys are cached from here on: the deletion below must still refuse the key at once.
+    app.until_listening().await;
     let token = app.token_for("fay@example.com").await;
     let (s, created) = app.create_key(&token, "laptop agent").await;
     assert_eq!(s, 200, "{created}");
@@ -265,27 +267,11 @@ async fn keys_are_shown_once_masked_after_and_dead_once_deleted() {
     .await;
     assert_eq!(s, 200);
     assert_eq!(other_list["data"].as_array().unwrap().len(), 0);
-    let (s, _) = body(
-        app.http
-            .delete(app.url(&format!("/api/keys/{id}")))
-            .bearer_auth(&other)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (s, _) = delete_key(&app, &other, id).await;
     assert_eq!(s, 404);
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
 
-    let (s, b) = body(
-        app.http
-            .delete(app.url(&format!("/api/keys/{id}")))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (s, b) = delete_key(&app, &token, id).await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["success"], true);
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 401);
@@ -299,6 +285,107 @@ async fn keys_are_shown_once_masked_after_and_dead_once_deleted() {
     )
     .await;
     assert_validation(s, &b, &["path", "id"]);
+}
+
+/// `DELETE /api/keys/{id}` as the holder of `token`.
+async fn delete_key(
+    app: &TestApp,
+    token: &str,
+    id: i64,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    body(
+        app.http
+            .delete(app.url(&format!("/api/keys/{id}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
+/// Calls with `key` until it is refused; false if it still works after five seconds.
+async fn refused_soon(app: &TestApp, key: &str) -> bool {
+    for _ in 0..100 {
+        if app.get("/api/v1/projects", Some(key)).await.0 == 401 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_cached_key_deleted_by_another_process_is_refused_once_the_change_is_announced() {
+    let app = spawn_app().await;
+    app.until_listening().await;
+    let token = app.token_for("hal@example.com").await;
+    let key = app.create_key(&token, "agent").await.1["data"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hits = app.state.keys.hits();
+    assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
+    assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
+    assert!(
+        app.state.keys.hits() > hits,
+        "the second call was answered from the cache"
+    );
+
+    // Another process deletes it: this one learns of it only through the notification.
+    sqlx::query("delete from api_keys where user_id = (select id from users where email = 'hal@example.com')")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert!(refused_soon(&app, &key).await, "a deleted key kept working");
+
+    // The listener's connection is cut: while it is away nothing is served from the cache, and
+    // once it is back the cache starts empty.
+    let key = app.create_key(&token, "agent 2").await.1["data"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
+    let cut: i64 = sqlx::query_scalar(
+        "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity
+         where datname = current_database() and query ilike 'listen%') t",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(cut, 1, "one listening connection");
+    sqlx::query("delete from api_keys where name = 'agent 2'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert!(
+        refused_soon(&app, &key).await,
+        "a key deleted while the listener was away kept working"
+    );
+    app.until_listening().await;
+}
+
+#[tokio::test]
+async fn without_the_key_cache_every_call_asks_the_database() {
+    let mut settings = app::core::state::Settings::for_tests();
+    settings.key_cache = false;
+    let app = spawn_with(Opts {
+        settings,
+        ..Opts::default()
+    })
+    .await;
+    let token = app.token_for("ida@example.com").await;
+    let (_, created) = app.create_key(&token, "agent").await;
+    let key = created["data"]["key"].as_str().unwrap().to_string();
+    for _ in 0..3 {
+        assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
+    }
+    assert_eq!(app.state.keys.hits(), 0);
+    assert!(!app.state.keys.listening());
+    let id = created["data"]["id"].as_i64().unwrap();
+    let (s, _) = delete_key(&app, &token, id).await;
+    assert_eq!(s, 200);
+    assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 401);
 }
 
 #[tokio::test]

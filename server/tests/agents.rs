@@ -205,6 +205,8 @@ async fn machine_stats_reports_real_figures_to_the_machine_only() {
 #[tokio::test]
 async fn a_claim_merges_projects_memories_and_keys_into_the_human_account() {
     let app = spawn_worker_app().await;
+    // Keys are cached from here on: after the merge the machine's key must act for the human.
+    app.until_listening().await;
     let (token, human_key) = app.user("owner@example.com").await;
     let m = register_machine(&app, FP_A).await;
     let mkey = m["api_key"].as_str().unwrap().to_string();

@@ -8,6 +8,7 @@ use sqlx::{PgConnection, PgPool};
 
 use super::crypto;
 use super::error::{AppError, AppResult};
+use super::keys::KeyCache;
 use super::machines;
 use super::mail::{self, ClaimMail};
 use super::state::Settings;
@@ -103,8 +104,14 @@ pub enum ClaimRef<'a> {
 }
 
 /// Checks the code and merges the machine into the human account. Wrong codes count, and the
-/// fifth voids the claim (429).
-pub async fn verify(pool: &PgPool, claim: ClaimRef<'_>, code: &str) -> AppResult<i64> {
+/// fifth voids the claim (429). The machine's keys act for the human from the answer on: the
+/// key cache forgets them once the merge commits.
+pub async fn verify(
+    pool: &PgPool,
+    keys: &KeyCache,
+    claim: ClaimRef<'_>,
+    code: &str,
+) -> AppResult<i64> {
     let invalid = || AppError::BadRequest("Invalid or expired verification code".into());
     let mut tx = pool.begin().await?;
     let machine_id = match claim {
@@ -162,7 +169,9 @@ pub async fn verify(pool: &PgPool, claim: ClaimRef<'_>, code: &str) -> AppResult
         .bind(machine_id)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
+    let committed = tx.commit().await;
+    keys.forget_all();
+    committed?;
     Ok(human_id)
 }
 

@@ -172,6 +172,11 @@ impl EmbedderHandle {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(1)
                 .thread_name(move |_| name.clone())
+                .start_handler(move |_| {
+                    if lane == Lane::Bulk {
+                        lower_priority();
+                    }
+                })
                 .build()
                 .expect("building an embedder thread pool");
             std::thread::Builder::new()
@@ -317,5 +322,20 @@ mod tests {
                 "text {i} {text:?}: cosine {c1} / {c2}"
             );
         }
+    }
+}
+
+/// Niceness of the bulk lane's thread. Ingestion keeps one core busy for as long as memories are
+/// queued; requests (acknowledging new memories, searches) and PostgreSQL then take the CPU
+/// first, and the bulk lane loses only the time they use.
+const BULK_NICE: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority to `BULK_NICE` (Linux: niceness is per
+/// thread); elsewhere, or if refused, the thread keeps its priority.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority on the calling thread's own id; no memory is touched.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, BULK_NICE);
     }
 }

@@ -1,6 +1,12 @@
 //! API keys: created with the full secret shown once, stored as SHA-256 only.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
+use sqlx::postgres::PgListener;
+use sqlx::{PgExecutor, PgPool};
 
 use super::crypto;
 use super::error::{AppError, AppResult};
@@ -78,20 +84,22 @@ pub async fn list(db: impl PgExecutor<'_>, user_id: i64) -> AppResult<Vec<ApiKey
     Ok(rows.into_iter().map(view).collect())
 }
 
-/// Deletes one of the account's keys; another account's key is 404.
-pub async fn delete(db: impl PgExecutor<'_>, user_id: i64, key_id: i64) -> AppResult<()> {
+/// Deletes one of the account's keys; another account's key is 404. The key fails at once:
+/// the deletion is committed before the cache forgets, so no later lookup can find it.
+pub async fn delete(pool: &PgPool, cache: &KeyCache, user_id: i64, key_id: i64) -> AppResult<()> {
     let done = sqlx::query("delete from api_keys where id = $1 and user_id = $2")
         .bind(key_id)
         .bind(user_id)
-        .execute(db)
-        .await?;
-    if done.rows_affected() == 0 {
+        .execute(pool)
+        .await;
+    cache.forget_all();
+    if done?.rows_affected() == 0 {
         return Err(AppError::not_found("API key"));
     }
     Ok(())
 }
 
-/// The owner of a presented key, if it exists.
+/// The owner of a presented key, if it exists (always asks the database; see [`KeyCache`]).
 pub async fn authenticate(db: impl PgExecutor<'_>, secret: &str) -> AppResult<Option<KeyOwner>> {
     if !secret.starts_with(crypto::KEY_PREFIX) || secret.len() > 200 {
         return Ok(None);
@@ -106,4 +114,154 @@ pub async fn authenticate(db: impl PgExecutor<'_>, secret: &str) -> AppResult<Op
         user_id,
         machine_id,
     }))
+}
+
+/// The channel the `api_keys` trigger notifies on every deletion or change of owner (see the
+/// migration `key_changes`), from any process.
+pub const CHANGES_CHANNEL: &str = "engram_api_keys";
+/// Longest an entry is trusted without asking the database again.
+const CACHE_TTL: Duration = Duration::from_secs(30);
+/// Most keys remembered; past it the cache starts over.
+const CACHE_MAX: usize = 10_000;
+
+/// The owners of keys presented recently. Every API call presents a key; under load its lookup
+/// was one database round trip per request. An entry is used only while this process listens
+/// for key changes ([`KeyCache::listen`]): the trigger's notification, sent when the change
+/// commits, empties the cache, and so does every deletion or claim this process makes itself,
+/// after its commit (a deleted key answers 401 at once here, and elsewhere once the
+/// notification arrives, a few milliseconds). A lookup that began before a change never fills
+/// the cache after it (`epoch`). Without the listener (lost connection) every call asks the
+/// database, as when the cache is off. Unknown keys are never cached.
+pub struct KeyCache {
+    inner: Mutex<CacheInner>,
+    enabled: bool,
+    hits: AtomicU64,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    listening: bool,
+    epoch: u64,
+    entries: HashMap<Vec<u8>, (KeyOwner, Instant)>,
+}
+
+impl KeyCache {
+    /// A cache; `enabled: false` makes every lookup ask the database (`ENGRAM_KEY_CACHE=off`).
+    pub fn new(enabled: bool) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::default(),
+            enabled,
+            hits: AtomicU64::new(0),
+        })
+    }
+
+    /// Lookups answered from the cache so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Whether the listener is connected (entries are used only then).
+    pub fn listening(&self) -> bool {
+        self.lock().listening
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The owner of a presented key, from the cache when it can be trusted.
+    pub async fn authenticate(&self, pool: &PgPool, secret: &str) -> AppResult<Option<KeyOwner>> {
+        if !self.enabled || !secret.starts_with(crypto::KEY_PREFIX) || secret.len() > 200 {
+            return authenticate(pool, secret).await;
+        }
+        let hash = crypto::sha256(secret);
+        let epoch = {
+            let inner = self.lock();
+            if inner.listening {
+                if let Some((owner, at)) = inner.entries.get(&hash) {
+                    if at.elapsed() < CACHE_TTL {
+                        self.hits.fetch_add(1, Ordering::Relaxed);
+                        return Ok(Some(*owner));
+                    }
+                }
+            }
+            inner.epoch
+        };
+        let owner = authenticate(pool, secret).await?;
+        if let Some(owner) = owner {
+            let mut inner = self.lock();
+            if inner.listening && inner.epoch == epoch {
+                if inner.entries.len() >= CACHE_MAX {
+                    inner.entries.clear();
+                }
+                inner.entries.insert(hash, (owner, Instant::now()));
+            }
+        }
+        Ok(owner)
+    }
+
+    /// Forgets every key (after a change to `api_keys` has committed).
+    pub fn forget_all(&self) {
+        let mut inner = self.lock();
+        inner.epoch += 1;
+        inner.entries.clear();
+    }
+
+    fn set_listening(&self, listening: bool) {
+        let mut inner = self.lock();
+        inner.listening = listening;
+        inner.epoch += 1;
+        inner.entries.clear();
+    }
+
+    /// Listens for key changes until the pool closes (a task of its own); the cache is used only
+    /// while the listener is connected.
+    pub fn listen(self: &Arc<Self>, pool: PgPool) {
+        if !self.enabled {
+            return;
+        }
+        let cache = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while !pool.is_closed() {
+                match subscribe(&pool).await {
+                    Ok(mut listener) => {
+                        let Some(this) = cache.upgrade() else { return };
+                        this.set_listening(true);
+                        drop(this);
+                        loop {
+                            let got = listener.try_recv().await;
+                            let Some(this) = cache.upgrade() else { return };
+                            match got {
+                                // A change, or a lost connection just re-established (a
+                                // change may have been missed meanwhile).
+                                Ok(_) => this.forget_all(),
+                                Err(e) => {
+                                    this.set_listening(false);
+                                    if !pool.is_closed() {
+                                        tracing::warn!(error = %e, "key change listener lost; API keys are looked up every time until it is back");
+                                    }
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        if !pool.is_closed() {
+                            tracing::warn!(error = %e, "cannot listen for key changes; retrying");
+                        }
+                    }
+                }
+                if cache.strong_count() == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
+}
+
+async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANGES_CHANNEL).await?;
+    Ok(listener)
 }

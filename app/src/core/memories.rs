@@ -56,7 +56,13 @@ pub fn read_new(fields: &mut Fields) -> NewMemory {
 /// Resolves the project, then has the writer store the `pending` task and its queue job; answers
 /// once they are committed: an answered task id is never lost.
 pub async fn enqueue(state: &AppState, user_id: i64, new: &NewMemory) -> AppResult<Uuid> {
-    let project_id = projects::resolve(&state.pool, user_id, &new.project).await?;
+    // Every account has its default project (it cannot be deleted): no lookup for it. Were it
+    // missing, the write's foreign key would answer 404 as the lookup does.
+    let project_id = if new.project == projects::DEFAULT {
+        projects::DEFAULT.to_string()
+    } else {
+        projects::resolve(&state.pool, user_id, &new.project).await?
+    };
     state.writer.submit(user_id, project_id, new.clone()).await
 }
 

@@ -30,6 +30,8 @@ pub struct Settings {
     pub llm: Option<LlmSettings>,
     /// How long a claim code lives, in seconds.
     pub claim_ttl_secs: i64,
+    /// Whether API keys' owners are cached (see `keys::KeyCache`).
+    pub key_cache: bool,
 }
 
 /// Rate limits of the contract; each can be raised by configuration.
@@ -76,6 +78,7 @@ impl Settings {
             mail_from: "Engram <noreply@engram.local>".into(),
             llm: None,
             claim_ttl_secs: 15 * 60,
+            key_cache: true,
         }
     }
 }
@@ -92,6 +95,8 @@ pub struct AppState {
     pub http: reqwest::Client,
     /// Group commit of new memories.
     pub writer: Arc<super::memories::EnqueueWriter>,
+    /// The owners of API keys presented recently.
+    pub keys: Arc<super::keys::KeyCache>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

@@ -39,8 +39,10 @@ pub async fn confirm_claim(machine_id: i64, code: String) -> Result<FormOutcome,
             "The code is the 6 digits from the e-mail",
         ));
     }
+    let state = state()?;
     match verify(
-        &state()?.pool,
+        &state.pool,
+        &state.keys,
         ClaimRef::ForHuman {
             machine_id,
             human_id: user,

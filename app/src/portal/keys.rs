@@ -40,7 +40,8 @@ pub async fn create_key(name: String) -> Result<FormOutcome, ServerFnError> {
 pub async fn revoke_key(id: i64) -> Result<(), ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    crate::core::keys::delete(&state()?.pool, user, id)
+    let state = state()?;
+    crate::core::keys::delete(&state.pool, &state.keys, user, id)
         .await
         .map_err(server_error)
 }

@@ -82,6 +82,7 @@ pub async fn claim_verify(
     f.finish()?;
     let human = claims::verify(
         &state.pool,
+        &state.keys,
         claims::ClaimRef::Fingerprint(&fingerprint),
         &code,
     )

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use app::core::error::{AppError, FieldError};
-use app::core::keys::{self, KeyOwner};
+use app::core::keys::KeyOwner;
 use app::core::state::AppState;
 use app::core::validate::Fields;
 
@@ -92,7 +92,9 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
             .to_str()
             .map_err(|_| AppError::Unauthorized("Invalid API key".into()))?
             .trim();
-        let owner = keys::authenticate(&state.pool, secret)
+        let owner = state
+            .keys
+            .authenticate(&state.pool, secret)
             .await?
             .ok_or_else(|| AppError::Unauthorized("Invalid API key".into()))?;
         state.limiter.hit(

@@ -45,6 +45,6 @@ pub async fn delete_key(
             .input(json!(id)),
         )
     })?;
-    keys::delete(&state.pool, user_id, id).await?;
+    keys::delete(&state.pool, &state.keys, user_id, id).await?;
     Ok(Json(json!({"success": true, "message": "API key revoked"})))
 }

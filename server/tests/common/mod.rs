@@ -233,6 +233,18 @@ impl TestApp {
     }
 
     /// A new human account: its bearer token.
+    /// Waits until the key cache listens for key changes (it connects in the background); from
+    /// then on, keys are served from the cache.
+    pub async fn until_listening(&self) {
+        for _ in 0..100 {
+            if self.state.keys.listening() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the key cache never started listening");
+    }
+
     pub async fn token_for(&self, email: &str) -> String {
         let (s, b) = self.register(email, "password123").await;
         assert_eq!(s, 200, "{b}");
