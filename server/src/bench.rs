@@ -43,6 +43,11 @@ pub enum Bench {
         /// Concurrent HTTP clients posting memories.
         #[arg(long, default_value_t = 64)]
         clients: usize,
+        /// The paced round: the clients together post this many memories per second (each
+        /// waits for its answer, then for its next turn), instead of as fast as they are
+        /// answered.
+        #[arg(long, default_value_t = 1000.0)]
+        paced_rate: f64,
     },
     /// Retrieval quality on LoCoMo conversations.
     Locomo {
@@ -88,7 +93,11 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             Ok(())
         }
         Bench::Embed { data } => embed(config, &data).await,
-        Bench::Ingest { counts, clients } => ingest(config, &counts, clients).await,
+        Bench::Ingest {
+            counts,
+            clients,
+            paced_rate,
+        } => ingest(config, &counts, clients, paced_rate).await,
         Bench::Locomo { data, reuse, sweep } => locomo(config, &data, reuse, sweep).await,
         Bench::Search {
             sizes,
@@ -331,7 +340,12 @@ fn synthetic_texts(n: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
-async fn ingest(config: Config, counts: &[usize], clients: usize) -> anyhow::Result<()> {
+async fn ingest(
+    config: Config,
+    counts: &[usize],
+    clients: usize,
+    paced_rate: f64,
+) -> anyhow::Result<()> {
     let h = harness(&config, true).await?;
     println!("# bench ingest (2 cores; one process: HTTP + apalis worker + embedder; worker concurrency {})", config.worker_concurrency);
 
@@ -411,6 +425,56 @@ async fn ingest(config: Config, counts: &[usize], clients: usize) -> anyhow::Res
         );
         println!("  {model}");
     }
+
+    // Paced: the same clients post at a fixed total rate, far above what the model ingests but
+    // below what the HTTP path answers, so the acknowledgement is measured without the
+    // closed loop's queueing (there, each answer releases the next request at once, and the
+    // latency is the clients' number over the server's rate).
+    let n = (3.0 * paced_rate).round() as usize;
+    let (user, key) = h.account("paced@bench.local").await?;
+    let texts = Arc::new(synthetic_texts(n, 50));
+    let since = h.db_now().await?;
+    let every = Duration::from_secs_f64(clients as f64 / paced_rate);
+    let mut handles = vec![];
+    for c in 0..clients {
+        let (texts, http, base, key) = (texts.clone(), h.http.clone(), h.base.clone(), key.clone());
+        handles.push(tokio::spawn(async move {
+            // Turns staggered across the clients, so the total rate is even.
+            tokio::time::sleep(every.mul_f64(c as f64 / clients as f64)).await;
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut latencies = vec![];
+            for i in (c..texts.len()).step_by(clients) {
+                tick.tick().await;
+                let t = Instant::now();
+                let r = http
+                    .post(format!("{base}/api/v1/memories"))
+                    .header("x-api-key", &key)
+                    .json(&json!({"content": texts[i]}))
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status().is_success(), "POST {}", r.status());
+                r.bytes().await?;
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        }));
+    }
+    let start = Instant::now();
+    let mut acks = vec![];
+    for handle in handles {
+        acks.extend(handle.await??);
+    }
+    let posted = start.elapsed().as_secs_f64();
+    h.wait_all(user, n, since).await?;
+    let acks = sorted(acks);
+    println!(
+        "paced {n} memories, {clients} clients at {paced_rate:.0}/s together ({:.0}/s achieved, while the worker ingests): ack p50 {:.2} ms p95 {:.2} ms p99 {:.2} ms",
+        n as f64 / posted,
+        percentile(&acks, 50.0),
+        percentile(&acks, 95.0),
+        percentile(&acks, 99.0)
+    );
 
     // Idle: one memory at a time, POST → completed as a client polling the task sees it.
     let (_, key) = h.account("idle@bench.local").await?;

@@ -50,7 +50,16 @@ pub struct IngestContext {
     pub llm: Option<LlmSettings>,
     pub options: IngestOptions,
     centroids: OnceCell<Centroids>,
+    /// Turns at the database for the writes of embedded memories (see [`DB_TURNS`]).
+    db_turns: tokio::sync::Semaphore,
 }
+
+/// Jobs of one process at the database at once after embedding. A model batch finishes 16
+/// jobs together; their 16 novelty queries and stores (each an HNSW and a GIN insert) at once
+/// took both cores for tens of milliseconds every batch, and the API's answers waited behind
+/// them. One at a time they take one core at most, and still keep up with the model (a batch's
+/// writes take a fraction of its forward pass).
+const DB_TURNS: usize = 1;
 
 impl IngestContext {
     pub fn new(
@@ -67,6 +76,7 @@ impl IngestContext {
             llm,
             options,
             centroids: OnceCell::new(),
+            db_turns: tokio::sync::Semaphore::new(DB_TURNS),
         })
     }
 
@@ -156,7 +166,10 @@ async fn try_once(
     }
     let embedding = ctx.embedder.embed(&task.content).await?;
     let vector = Vector::from(embedding.clone());
-    let nearest = nearest_similarity(&ctx.pool, task.user_id, &vector).await?;
+    let nearest = {
+        let _turn = ctx.db_turns.acquire().await?;
+        nearest_similarity(&ctx.pool, task.user_id, &vector).await?
+    };
     let centroids = ctx.centroids().await?;
     let local_sector = centroids.classify(&embedding, &task.content);
     let local_importance = importance(local_sector, &task.content, nearest);
@@ -175,6 +188,7 @@ async fn try_once(
     // by an earlier try of this task (whose answer was lost) is kept and reported instead.
     let event_day = dates::event_day(task.metadata.as_ref().map(|m| &m.0))
         .unwrap_or_else(|| dates::utc_day(task.created_at));
+    let _turn = ctx.db_turns.acquire().await?;
     sqlx::query(
         "with inserted as (
              insert into memories (id, user_id, project_id, task_id, content, metadata, agent_id,
