@@ -340,6 +340,25 @@ fn synthetic_texts(n: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
+/// Posts one memory; the milliseconds until it was acknowledged.
+async fn post_memory(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    text: &str,
+) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let r = http
+        .post(format!("{base}/api/v1/memories"))
+        .header("x-api-key", key)
+        .json(&json!({"content": text}))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status().is_success(), "POST {}", r.status());
+    r.bytes().await?;
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
 async fn ingest(
     config: Config,
     counts: &[usize],
@@ -390,16 +409,7 @@ async fn ingest(
                     if i >= texts.len() {
                         return Ok::<_, anyhow::Error>(latencies);
                     }
-                    let t = Instant::now();
-                    let r = http
-                        .post(format!("{base}/api/v1/memories"))
-                        .header("x-api-key", &key)
-                        .json(&json!({"content": texts[i]}))
-                        .send()
-                        .await?;
-                    anyhow::ensure!(r.status().is_success(), "POST {}", r.status());
-                    r.bytes().await?;
-                    latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                    latencies.push(post_memory(&http, &base, &key, &texts[i]).await?);
                 }
             }));
         }
@@ -446,16 +456,7 @@ async fn ingest(
             let mut latencies = vec![];
             for i in (c..texts.len()).step_by(clients) {
                 tick.tick().await;
-                let t = Instant::now();
-                let r = http
-                    .post(format!("{base}/api/v1/memories"))
-                    .header("x-api-key", &key)
-                    .json(&json!({"content": texts[i]}))
-                    .send()
-                    .await?;
-                anyhow::ensure!(r.status().is_success(), "POST {}", r.status());
-                r.bytes().await?;
-                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                latencies.push(post_memory(&http, &base, &key, &texts[i]).await?);
             }
             Ok::<_, anyhow::Error>(latencies)
         }));
