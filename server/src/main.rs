@@ -146,7 +146,9 @@ async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn worker(config: Config) -> anyhow::Result<()> {
+async fn worker(mut config: Config) -> anyhow::Result<()> {
+    // A worker answers no API calls: no key cache, so no connection listening for key changes.
+    config.settings.key_cache = false;
     let (pool, state) = start(&config).await?;
     let ctx = server::ingest_context(&state, ingest_options(&config));
     ctx.warm_up().await?;
