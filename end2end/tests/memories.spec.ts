@@ -1,7 +1,7 @@
 import { test, expect } from '@playwright/test';
 import { hydrated, signUp, uniqueEmail } from './helpers';
 
-test('projects: create, add a memory and watch its task complete without a reload, search by paraphrase, delete', async ({ page }) => {
+test('projects: create, add a memory and watch its task complete without a reload, search by paraphrase in the project and across projects, delete', async ({ page }) => {
   await signUp(page, uniqueEmail('projects'));
   await page.goto('/projects');
   await hydrated(page);
@@ -30,6 +30,16 @@ test('projects: create, add a memory and watch its task complete without a reloa
   await expect(hit.getByTestId('score')).toContainText('score 0.');
   await hit.getByRole('link').click();
   await expect(page.getByTestId('memory-detail')).toContainText('Biscuit');
+
+  // The same question across all projects, with the hit's sector.
+  await page.goto('/search');
+  await hydrated(page);
+  await page.getByTestId('search-query').fill('what kind of dog does my sibling have');
+  await page.getByTestId('search-submit').click();
+  const anywhere = page.getByTestId('search-hit').first();
+  await expect(anywhere).toContainText('Biscuit');
+  await expect(anywhere.getByTestId('score')).toContainText('score 0.');
+  await expect(anywhere.getByTestId('sector')).toHaveText(/episodic|semantic|procedural|emotional|reflective/);
 
   // Deleting the project says how many memories go.
   await page.goto('/projects');
