@@ -101,7 +101,7 @@ pub async fn delete(pool: &PgPool, cache: &KeyCache, user_id: i64, key_id: i64) 
 
 /// The owner of a presented key, if it exists (always asks the database; see [`KeyCache`]).
 pub async fn authenticate(db: impl PgExecutor<'_>, secret: &str) -> AppResult<Option<KeyOwner>> {
-    if !secret.starts_with(crypto::KEY_PREFIX) || secret.len() > 200 {
+    if !well_formed(secret) {
         return Ok(None);
     }
     let row: Option<(i64, i64, Option<i64>)> =
@@ -114,6 +114,11 @@ pub async fn authenticate(db: impl PgExecutor<'_>, secret: &str) -> AppResult<Op
         user_id,
         machine_id,
     }))
+}
+
+/// Whether `secret` could be one of our keys at all (anything else is refused unasked).
+fn well_formed(secret: &str) -> bool {
+    secret.starts_with(crypto::KEY_PREFIX) && secret.len() <= 200
 }
 
 /// The channel the `api_keys` trigger notifies on every deletion or change of owner (see the
@@ -145,6 +150,14 @@ struct CacheInner {
     entries: HashMap<Vec<u8>, (KeyOwner, Instant)>,
 }
 
+impl CacheInner {
+    /// Empties the cache; lookups already under way will not fill it.
+    fn forget_all(&mut self) {
+        self.epoch += 1;
+        self.entries.clear();
+    }
+}
+
 impl KeyCache {
     /// A cache; `enabled: false` makes every lookup ask the database (`ENGRAM_KEY_CACHE=off`).
     pub fn new(enabled: bool) -> Arc<Self> {
@@ -171,7 +184,7 @@ impl KeyCache {
 
     /// The owner of a presented key, from the cache when it can be trusted.
     pub async fn authenticate(&self, pool: &PgPool, secret: &str) -> AppResult<Option<KeyOwner>> {
-        if !self.enabled || !secret.starts_with(crypto::KEY_PREFIX) || secret.len() > 200 {
+        if !self.enabled || !well_formed(secret) {
             return authenticate(pool, secret).await;
         }
         let hash = crypto::sha256(secret);
@@ -202,16 +215,14 @@ impl KeyCache {
 
     /// Forgets every key (after a change to `api_keys` has committed).
     pub fn forget_all(&self) {
-        let mut inner = self.lock();
-        inner.epoch += 1;
-        inner.entries.clear();
+        self.lock().forget_all();
     }
 
+    /// Starting or stopping to listen empties the cache too (changes may have been missed).
     fn set_listening(&self, listening: bool) {
         let mut inner = self.lock();
         inner.listening = listening;
-        inner.epoch += 1;
-        inner.entries.clear();
+        inner.forget_all();
     }
 
     /// Listens for key changes until the pool closes (a task of its own); the cache is used only
