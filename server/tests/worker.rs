@@ -181,3 +181,51 @@ async fn two_worker_processes_never_process_one_job_twice() {
         "both worker processes should have processed jobs"
     );
 }
+
+#[tokio::test]
+async fn an_idle_worker_picks_up_each_new_memory_without_waiting_for_its_heartbeat() {
+    // A heartbeat far longer than the bound below: a memory whose wake-up the worker missed
+    // would wait for it (before the fix, a missed wake-up showed as a 7-8 s wait with a 10 s
+    // heartbeat, about once in a hundred memories posted one at a time).
+    let app = spawn_app().await;
+    let ctx = server::ingest_context(&app.state, app::core::ingest::IngestOptions::default());
+    let pool = app.pool.clone();
+    let worker = tokio::spawn(async move {
+        server::worker::run(
+            pool,
+            ctx,
+            8,
+            Duration::from_secs(300),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    });
+    let (_, key) = app.user("idle@example.com").await;
+    let mut slowest = Duration::ZERO;
+    for i in 0..150 {
+        let start = Instant::now();
+        let task = app
+            .remember(
+                &key,
+                json!({"content": format!("idle memory {i}: the boiler was serviced on day {i}")}),
+            )
+            .await;
+        loop {
+            let (_, b) = app.get(&format!("/api/v1/tasks/{task}"), Some(&key)).await;
+            if b["data"]["status"] == "completed" {
+                break;
+            }
+            assert_ne!(b["data"]["status"], "failed", "{b}");
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "memory {i} still {} after 20 s: the worker missed its wake-up",
+                b["data"]["status"]
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        slowest = slowest.max(start.elapsed());
+    }
+    worker.abort();
+    eprintln!("slowest POST → completed: {slowest:?}");
+}
