@@ -1,5 +1,4 @@
 //! Memories: queued as tasks (one transaction with their queue job), listed, read, deleted.
-use apalis::prelude::TaskBuilder;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -141,8 +140,13 @@ impl EnqueueWriter {
     }
 }
 
+/// Writes a batch of new memories, their tasks and queue jobs, in one statement: one round trip
+/// to PostgreSQL, which runs a single statement as its own transaction (BEGIN, two inserts and
+/// COMMIT sent one by one cost four round trips, each a wake-up of the backend and of this task,
+/// and were most of a write's latency). The jobs are the rows apalis's `push_tasks` writes (its
+/// `sink.sql`, apalis-postgres 1.0): a ULID id, the JSON-encoded job, `Pending`, priority 0, no
+/// metadata, run now; the worker tests fail if the two ever disagree.
 async fn write_batch(pool: &PgPool, batch: &[Pending], ids: &[Uuid]) -> AppResult<()> {
-    let mut tx = pool.begin().await?;
     let users: Vec<i64> = batch.iter().map(|p| p.user_id).collect();
     let projects: Vec<&str> = batch.iter().map(|p| p.project_id.as_str()).collect();
     let contents: Vec<&str> = batch.iter().map(|p| p.new.content.as_str()).collect();
@@ -158,9 +162,25 @@ async fn write_batch(pool: &PgPool, batch: &[Pending], ids: &[Uuid]) -> AppResul
         })
         .collect();
     let agents: Vec<Option<String>> = batch.iter().map(|p| p.new.agent_id.clone()).collect();
-    let inserted = sqlx::query(
-        "insert into tasks (id, user_id, project_id, content, metadata, agent_id)
-         select * from unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::text[])",
+    let job_ids: Vec<String> = ids
+        .iter()
+        .map(|_| ulid::Ulid::generate().to_string())
+        .collect();
+    let jobs = ids
+        .iter()
+        .map(|&task_id| serde_json::to_vec(&IngestJob { task_id }))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::from)?;
+    // A data-modifying CTE always runs to completion, and the statement is atomic: both inserts
+    // land or neither does.
+    let written = sqlx::query(
+        "with new_tasks as (
+             insert into tasks (id, user_id, project_id, content, metadata, agent_id)
+             select * from unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::text[])
+         )
+         insert into apalis.jobs (id, job_type, job, status, attempts, max_attempts, run_at, priority, metadata, idempotency_key)
+         select j.id, $7, j.job, 'Pending', 0, $8, now(), 0, ''::hstore, null
+         from unnest($9::text[], $10::bytea[]) as j(id, job)",
     )
     .bind(ids)
     .bind(&users)
@@ -168,29 +188,20 @@ async fn write_batch(pool: &PgPool, batch: &[Pending], ids: &[Uuid]) -> AppResul
     .bind(&contents)
     .bind(&metadata)
     .bind(&agents)
-    .execute(&mut *tx)
+    .bind(QUEUE)
+    .bind(JOB_MAX_ATTEMPTS as i32)
+    .bind(&job_ids)
+    .bind(&jobs)
+    .execute(pool)
     .await;
-    if let Err(e) = inserted {
+    match written {
+        Ok(_) => Ok(()),
         // The project went away between resolving and writing.
-        if matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23503")) {
-            return Err(AppError::not_found("Project"));
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23503") => {
+            Err(AppError::not_found("Project"))
         }
-        return Err(e.into());
+        Err(e) => Err(e.into()),
     }
-    let mut jobs = Vec::with_capacity(ids.len());
-    for &task_id in ids {
-        let args = serde_json::to_vec(&IngestJob { task_id }).map_err(anyhow::Error::from)?;
-        jobs.push(
-            TaskBuilder::new(args)
-                .max_attempts(JOB_MAX_ATTEMPTS)
-                .build(),
-        );
-    }
-    apalis_postgres::queries::push_tasks(&mut *tx, QUEUE, jobs)
-        .await
-        .map_err(|e| anyhow::anyhow!("queueing memories: {e}"))?;
-    tx.commit().await?;
-    Ok(())
 }
 
 type Row = (
