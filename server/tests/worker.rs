@@ -184,9 +184,10 @@ async fn two_worker_processes_never_process_one_job_twice() {
 
 #[tokio::test]
 async fn an_idle_worker_picks_up_each_new_memory_without_waiting_for_its_heartbeat() {
-    // A heartbeat far longer than the bound below: a memory whose wake-up the worker missed
-    // would wait for it (before the fix, a missed wake-up showed as a 7-8 s wait with a 10 s
-    // heartbeat, about once in a hundred memories posted one at a time).
+    // A heartbeat far longer than the bound below: with apalis's own pubsub polling, a memory
+    // whose notification was spent on a fetch already under way waited for the heartbeat (this
+    // test then failed at the third memory, in both of two runs). Now a follow-up wake 25 ms
+    // after each notification, or at worst the 1 s fallback poll, fetches it.
     let app = spawn_app().await;
     let ctx = server::ingest_context(&app.state, app::core::ingest::IngestOptions::default());
     let pool = app.pool.clone();
