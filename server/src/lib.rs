@@ -90,7 +90,7 @@ pub fn build_state(
     keys.listen(pool.clone());
     AppState {
         keys,
-        writer: app::core::memories::EnqueueWriter::spawn(pool.clone()),
+        writer: app::core::memories::EnqueueWriter::spawn(pool.clone(), embedder.foreground()),
         pool,
         settings: Arc::new(settings),
         limiter: Default::default(),

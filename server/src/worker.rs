@@ -53,7 +53,7 @@ pub async fn run(
         .batch_size(concurrency.min(app::core::embed::MAX_BATCH))
         .heartbeat_interval(heartbeat);
     let backend = PollWith::new(
-        PostgresStorage::new(&pool).with_config(config),
+        PostgresStorage::new(&ctx.bookkeeping).with_config(config),
         StreamStrategy::new(Wakeups::new(Pubsub::new(pool.clone(), QUEUE.into()))),
     );
     let name = worker_name();

@@ -366,6 +366,49 @@ async fn a_cached_key_deleted_by_another_process_is_refused_once_the_change_is_a
 }
 
 #[tokio::test]
+async fn concurrent_calls_with_a_key_not_yet_cached_ask_the_database_once() {
+    let app = spawn_app().await;
+    app.until_listening().await;
+    let token = app.token_for("joe@example.com").await;
+    let key = app.create_key(&token, "agent").await.1["data"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let user_id: i64 = sqlx::query_scalar("select id from users where email = 'joe@example.com'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let lookups = app.state.keys.lookups();
+    let owners =
+        futures::future::join_all((0..64).map(|_| app.state.keys.authenticate(&app.pool, &key)))
+            .await;
+    for owner in owners {
+        assert_eq!(owner.unwrap().map(|o| o.user_id), Some(user_id));
+    }
+    assert_eq!(
+        app.state.keys.lookups() - lookups,
+        1,
+        "64 calls at once, one query"
+    );
+
+    // An unknown key is refused and never cached: each call asks again.
+    let unknown = format!("{key}0");
+    let before = app.state.keys.lookups();
+    for _ in 0..2 {
+        assert!(app
+            .state
+            .keys
+            .authenticate(&app.pool, &unknown)
+            .await
+            .unwrap()
+            .is_none());
+    }
+    assert_eq!(app.state.keys.lookups() - before, 2);
+    assert_eq!(app.get("/api/v1/projects", Some(&unknown)).await.0, 401);
+    assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
+}
+
+#[tokio::test]
 async fn without_the_key_cache_every_call_asks_the_database() {
     let mut settings = app::core::state::Settings::for_tests();
     settings.key_cache = false;

@@ -230,3 +230,29 @@ async fn an_idle_worker_picks_up_each_new_memory_without_waiting_for_its_heartbe
     worker.abort();
     eprintln!("slowest POST → completed: {slowest:?}");
 }
+
+#[tokio::test]
+async fn the_workers_bookkeeping_does_not_wait_for_the_disk_and_its_results_do() {
+    // The queue's fetches, locks and acknowledgements and a task's `processing` mark commit
+    // without waiting for the WAL flush (a PostgreSQL crash can only undo them into a repeated
+    // try); the memory and its task's completion, and the new task with its job, wait.
+    let app = spawn_app().await;
+    let ctx = server::ingest_context(&app.state, app::core::ingest::IngestOptions::default());
+    let setting = "select current_setting('synchronous_commit')";
+    let bookkeeping: String = sqlx::query_scalar(setting)
+        .fetch_one(&ctx.bookkeeping)
+        .await
+        .unwrap();
+    let results: String = sqlx::query_scalar(setting)
+        .fetch_one(&ctx.pool)
+        .await
+        .unwrap();
+    assert_eq!((bookkeeping.as_str(), results.as_str()), ("off", "on"));
+    assert_eq!(
+        sqlx::query_scalar::<_, String>(setting)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap(),
+        "on"
+    );
+}

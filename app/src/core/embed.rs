@@ -119,6 +119,70 @@ struct Inner {
     model: OnceLock<Result<Arc<Embedder>, String>>,
     lanes: [OnceLock<Queue>; 2],
     stats: [Arc<EmbedStats>; 2],
+    foreground: Arc<Foreground>,
+}
+
+/// Pressure on the API that the bulk lane yields to, like a background job's cost delay.
+///
+/// On this 2-core VM a memory's acknowledgement waits on a chain of hand-offs (HTTP, the memory
+/// writer, PostgreSQL and back), and any core the model keeps busy slows every link, whatever
+/// the model thread's priority: with a CPU-bound loop beside the server, even under
+/// `SCHED_IDLE`, 64 clients posting as fast as answered got 10-12k acknowledgements/s at p95
+/// 10-12 ms instead of 13-19k/s at p95 5-10 ms (`bench ingest` without the worker, three
+/// rounds of 10,000 each). So while the writer finds requests queueing up, the model pauses
+/// between forward passes. The pause is bounded: at most [`MAX_YIELD`] at a time, and the
+/// lane then runs at least as long as it paused before it pauses again, so under endless
+/// pressure ingestion still runs at half speed or better. Ingestion is the queue's business
+/// and a burst of writes is over in a second or two; the writes' acknowledgements are what a
+/// client waits for.
+pub struct Foreground {
+    epoch: std::time::Instant,
+    /// Microseconds after `epoch` until which the API counts as busy.
+    busy_until_us: AtomicU64,
+}
+
+/// Longest the bulk lane pauses at a time.
+pub const MAX_YIELD: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long one sign of pressure lasts.
+const PRESSURE_HOLD: std::time::Duration = std::time::Duration::from_millis(50);
+
+impl Default for Foreground {
+    fn default() -> Self {
+        Self {
+            epoch: std::time::Instant::now(),
+            busy_until_us: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Foreground {
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    /// Requests are queueing up: the API counts as busy for a while.
+    pub fn pressed(&self) {
+        let until = self.now_us() + PRESSURE_HOLD.as_micros() as u64;
+        self.busy_until_us.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// Whether the API is under pressure now.
+    pub fn busy(&self) -> bool {
+        self.now_us() < self.busy_until_us.load(Ordering::Relaxed)
+    }
+
+    /// Blocks the calling (model) thread while the API is busy, `cap` at most; how long it
+    /// waited.
+    fn wait_quiet(&self, cap: std::time::Duration) -> std::time::Duration {
+        if !self.busy() {
+            return std::time::Duration::ZERO;
+        }
+        let start = std::time::Instant::now();
+        while self.busy() && start.elapsed() < cap {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        start.elapsed()
+    }
 }
 
 /// What a lane's model thread has done so far (benchmarks read it to see how busy it was).
@@ -130,6 +194,8 @@ pub struct EmbedStats {
     pub texts: AtomicU64,
     /// Time spent in forward passes, in nanoseconds.
     pub busy_ns: AtomicU64,
+    /// Time the lane waited for the API to be quiet before a forward pass, in nanoseconds.
+    pub yielded_ns: AtomicU64,
 }
 
 /// A cheap handle to the process's one model; the model loads on first use.
@@ -146,6 +212,7 @@ impl EmbedderHandle {
                 model: OnceLock::new(),
                 lanes: Default::default(),
                 stats: Default::default(),
+                foreground: Default::default(),
             }),
         }
     }
@@ -153,6 +220,11 @@ impl EmbedderHandle {
     /// Counters of one lane's model thread.
     pub fn stats(&self, lane: Lane) -> &EmbedStats {
         &self.inner.stats[lane as usize]
+    }
+
+    /// Where the API reports pressure that the bulk lane yields to.
+    pub fn foreground(&self) -> Arc<Foreground> {
+        self.inner.foreground.clone()
     }
 
     /// The model directory.
@@ -194,7 +266,8 @@ impl EmbedderHandle {
                         if let Err(e) = &model {
                             tracing::error!(error = %e, "loading the embedding model failed");
                         }
-                        run_model(model, rx, &inner.stats[lane as usize])
+                        let yield_to = (lane == Lane::Bulk).then_some(&*inner.foreground);
+                        run_model(model, rx, &inner.stats[lane as usize], yield_to)
                     })
                 })
                 .expect("spawning an embedder thread");
@@ -242,8 +315,19 @@ fn run_model(
     model: Result<Arc<Embedder>, String>,
     mut rx: mpsc::UnboundedReceiver<(String, Reply)>,
     stats: &EmbedStats,
+    yield_to: Option<&Foreground>,
 ) {
+    let mut owed = std::time::Duration::ZERO;
     while let Some(first) = rx.blocking_recv() {
+        // Yield to the API (see `Foreground`), unless the lane still owes running time for its
+        // last pause.
+        if let (Some(foreground), true) = (yield_to, owed.is_zero()) {
+            let waited = foreground.wait_quiet(MAX_YIELD);
+            owed = waited;
+            stats
+                .yielded_ns
+                .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -262,6 +346,7 @@ fn run_model(
         stats
             .busy_ns
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        owed = owed.saturating_sub(started.elapsed());
         match result {
             Ok(vectors) => {
                 for (reply, v) in replies.into_iter().zip(vectors) {
@@ -322,6 +407,47 @@ mod tests {
                 "text {i} {text:?}: cosine {c1} / {c2}"
             );
         }
+    }
+
+    /// While the API is under pressure the bulk lane pauses before a forward pass, for
+    /// `MAX_YIELD` at most, and then runs at least as long as it paused before it pauses again;
+    /// the query lane never pauses, and without pressure neither does the bulk lane.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_bulk_lane_yields_to_the_api_for_a_bounded_time() {
+        let embedder = EmbedderHandle::new(default_model_dir());
+        embedder.warm_up().await.unwrap();
+        let yielded = |lane| {
+            std::time::Duration::from_nanos(embedder.stats(lane).yielded_ns.load(Ordering::Relaxed))
+        };
+        embedder.embed("no pressure yet").await.unwrap();
+        assert_eq!(yielded(Lane::Bulk), std::time::Duration::ZERO);
+
+        // Pressure that never lets up (on before the next text is sent).
+        embedder.foreground().pressed();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let presser = {
+            let (foreground, stop) = (embedder.foreground(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    foreground.pressed();
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            })
+        };
+        let first = embedder.embed("under pressure").await.unwrap();
+        let paused = yielded(Lane::Bulk);
+        assert!(
+            paused >= MAX_YIELD && paused < MAX_YIELD * 2,
+            "paused {paused:?} for the first text; expected the whole MAX_YIELD, and no more"
+        );
+        assert_eq!(first.len(), DIM);
+        // It owes a second of running now: the next text does not wait.
+        embedder.embed("still under pressure").await.unwrap();
+        assert_eq!(yielded(Lane::Bulk), paused);
+        embedder.embed_query("a search").await.unwrap();
+        assert_eq!(yielded(Lane::Query), std::time::Duration::ZERO);
+        stop.store(true, Ordering::Relaxed);
+        presser.join().unwrap();
     }
 }
 

@@ -141,20 +141,30 @@ pub struct KeyCache {
     inner: Mutex<CacheInner>,
     enabled: bool,
     hits: AtomicU64,
+    lookups: AtomicU64,
 }
+
+/// One database lookup of a key, shared by the requests that present the key while it runs.
+type Lookup = Arc<tokio::sync::OnceCell<Option<KeyOwner>>>;
 
 #[derive(Default)]
 struct CacheInner {
     listening: bool,
     epoch: u64,
     entries: HashMap<Vec<u8>, (KeyOwner, Instant)>,
+    /// Lookups under way: concurrent requests with a key not yet cached ask the database once
+    /// (a client opening many connections at once, or a busy key whose entry just expired,
+    /// would otherwise send one query per request, each wanting a connection of its own).
+    pending: HashMap<Vec<u8>, Lookup>,
 }
 
 impl CacheInner {
-    /// Empties the cache; lookups already under way will not fill it.
+    /// Empties the cache; lookups already under way will not fill it, and requests from now
+    /// on do not join them.
     fn forget_all(&mut self) {
         self.epoch += 1;
         self.entries.clear();
+        self.pending.clear();
     }
 }
 
@@ -165,12 +175,18 @@ impl KeyCache {
             inner: Mutex::default(),
             enabled,
             hits: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
         })
     }
 
     /// Lookups answered from the cache so far.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Database lookups the cache has made so far (requests sharing one count once).
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
     }
 
     /// Whether the listener is connected (entries are used only then).
@@ -188,8 +204,8 @@ impl KeyCache {
             return authenticate(pool, secret).await;
         }
         let hash = crypto::sha256(secret);
-        let epoch = {
-            let inner = self.lock();
+        let (epoch, lookup) = {
+            let mut inner = self.lock();
             if inner.listening {
                 if let Some((owner, at)) = inner.entries.get(&hash) {
                     if at.elapsed() < CACHE_TTL {
@@ -198,11 +214,30 @@ impl KeyCache {
                     }
                 }
             }
-            inner.epoch
+            if inner.pending.len() >= CACHE_MAX {
+                inner.pending.clear();
+            }
+            let lookup: Lookup = inner.pending.entry(hash.clone()).or_default().clone();
+            (inner.epoch, lookup)
         };
-        let owner = authenticate(pool, secret).await?;
-        if let Some(owner) = owner {
-            let mut inner = self.lock();
+        // The first request runs the query and the others wait for its answer; if it fails (or
+        // its request goes away), the next one waiting runs it again.
+        let owner = lookup
+            .get_or_try_init(|| {
+                self.lookups.fetch_add(1, Ordering::Relaxed);
+                authenticate(pool, secret)
+            })
+            .await
+            .copied();
+        let mut inner = self.lock();
+        if inner
+            .pending
+            .get(&hash)
+            .is_some_and(|l| Arc::ptr_eq(l, &lookup))
+        {
+            inner.pending.remove(&hash);
+        }
+        if let Ok(Some(owner)) = owner {
             if inner.listening && inner.epoch == epoch {
                 if inner.entries.len() >= CACHE_MAX {
                     inner.entries.clear();
@@ -210,7 +245,7 @@ impl KeyCache {
                 inner.entries.insert(hash, (owner, Instant::now()));
             }
         }
-        Ok(owner)
+        owner
     }
 
     /// Forgets every key (after a change to `api_keys` has committed).

@@ -80,12 +80,21 @@ pub struct EnqueueWriter {
     queue: mpsc::UnboundedSender<Pending>,
 }
 
+/// A batch this large means requests are queueing for their acknowledgement (a batch takes
+/// 1-3 ms to write, so this is thousands of writes a second): the model yields to them (see
+/// [`super::embed::Foreground`]). Ordinary traffic, even a thousand writes a second from 64
+/// clients, seldom fills one and leaves ingestion at full speed.
+const PRESSURE_BATCH: usize = 8;
+
 /// Most memories written in one transaction.
 const MAX_WRITE_BATCH: usize = 256;
 
 impl EnqueueWriter {
     /// Starts the writer task (inside a Tokio runtime).
-    pub fn spawn(pool: PgPool) -> std::sync::Arc<Self> {
+    pub fn spawn(
+        pool: PgPool,
+        foreground: std::sync::Arc<super::embed::Foreground>,
+    ) -> std::sync::Arc<Self> {
         let (queue, mut rx) = mpsc::unbounded_channel::<Pending>();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -95,6 +104,11 @@ impl EnqueueWriter {
                         Ok(p) => batch.push(p),
                         Err(_) => break,
                     }
+                }
+                // Many requests queued while the last batch was written: the API is under
+                // load, and ingestion's model yields to it for a while.
+                if batch.len() >= PRESSURE_BATCH {
+                    foreground.pressed();
                 }
                 let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::new_v4()).collect();
                 match write_batch(&pool, &batch, &ids).await {
