@@ -443,3 +443,31 @@ async fn deleting_a_memory_and_a_project_removes_them() {
         404
     );
 }
+
+#[tokio::test]
+async fn a_burst_of_writes_asks_ingestion_to_yield_and_single_writes_do_not() {
+    let app = spawn_app().await;
+    let (_, key) = app.user("burst@example.com").await;
+    let foreground = app.state.embedder.foreground();
+    for i in 0..3 {
+        app.remember(&key, json!({"content": format!("one at a time {i}")}))
+            .await;
+    }
+    assert_eq!(foreground.presses(), 0, "single writes never press");
+
+    // 64 clients at once: requests queue behind the writer's batches, and it says so.
+    let burst = futures::future::join_all(
+        (0..64).map(|i| app.remember(&key, json!({"content": format!("burst {i}")}))),
+    )
+    .await;
+    assert_eq!(burst.len(), 64);
+    assert!(
+        foreground.presses() > 0,
+        "a burst of 64 writes never pressed"
+    );
+    let (total,): (i64,) = sqlx::query_as("select count(*) from tasks")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(total, 67, "every write was stored");
+}

@@ -133,13 +133,14 @@ struct Inner {
 /// between forward passes. The pause is bounded: at most [`MAX_YIELD`] at a time, and the
 /// lane then runs at least as long as it paused before it pauses again (while memories are
 /// queued; once it has caught up it owes nothing), so under endless pressure ingestion still
-/// runs at half speed or better. Ingestion is the queue's business
-/// and a burst of writes is over in a second or two; the writes' acknowledgements are what a
-/// client waits for.
+/// runs at half speed or better. Ingestion is the queue's business and a burst of writes is
+/// over in a second or two; the writes' acknowledgements are what a client waits for.
 pub struct Foreground {
     epoch: std::time::Instant,
     /// Microseconds after `epoch` until which the API counts as busy.
     busy_until_us: AtomicU64,
+    /// Signs of pressure so far.
+    presses: AtomicU64,
 }
 
 /// Longest the bulk lane pauses at a time.
@@ -152,6 +153,7 @@ impl Default for Foreground {
         Self {
             epoch: std::time::Instant::now(),
             busy_until_us: AtomicU64::new(0),
+            presses: AtomicU64::new(0),
         }
     }
 }
@@ -165,10 +167,16 @@ impl Foreground {
     pub fn pressed(&self) {
         let until = self.now_us() + PRESSURE_HOLD.as_micros() as u64;
         self.busy_until_us.fetch_max(until, Ordering::Relaxed);
+        self.presses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Signs of pressure reported so far.
+    pub fn presses(&self) -> u64 {
+        self.presses.load(Ordering::Relaxed)
     }
 
     /// Whether the API is under pressure now.
-    pub fn busy(&self) -> bool {
+    fn busy(&self) -> bool {
         self.now_us() < self.busy_until_us.load(Ordering::Relaxed)
     }
 
