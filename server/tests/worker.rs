@@ -256,3 +256,41 @@ async fn the_workers_bookkeeping_does_not_wait_for_the_disk_and_its_results_do()
         "on"
     );
 }
+
+/// A batch of new memories is one statement, and the workers hear of it once: one notification
+/// per queue and statement (our trigger replaces apalis's per-row one), in the payload apalis's
+/// listener reads, naming the queue and the batch's first job.
+#[tokio::test]
+async fn a_batch_of_new_jobs_notifies_the_workers_once_per_queue() {
+    let app = spawn_app().await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&app.pool)
+        .await
+        .unwrap();
+    listener.listen("apalis::job::insert").await.unwrap();
+    sqlx::query(
+        "insert into apalis.jobs (id, job_type, job, status, attempts, max_attempts, run_at, priority, metadata, idempotency_key)
+         select 'test-' || g, case when g <= 3 then $1 else 'another-queue' end, '\\x00'::bytea, 'Pending', 0, 5, now(), 0, ''::hstore, null
+         from generate_series(1, 5) g",
+    )
+    .bind(app::core::memories::QUEUE)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let mut heard = vec![];
+    while let Ok(n) = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await {
+        let payload: serde_json::Value = serde_json::from_str(n.unwrap().payload()).unwrap();
+        heard.push((
+            payload["job_type"].as_str().unwrap().to_string(),
+            payload["id"].as_str().unwrap().to_string(),
+        ));
+    }
+    heard.sort();
+    assert_eq!(
+        heard,
+        vec![
+            ("another-queue".to_string(), "test-4".to_string()),
+            (app::core::memories::QUEUE.to_string(), "test-1".to_string()),
+        ],
+        "five jobs in two queues, one statement"
+    );
+}
