@@ -88,7 +88,7 @@ pub fn build_state(
     let _ = rustls::crypto::ring::default_provider().install_default();
     let keys = app::core::keys::KeyCache::new(settings.key_cache);
     keys.listen(pool.clone());
-    AppState {
+    AppState::new(app::core::state::AppStateInner {
         keys,
         writer: app::core::memories::EnqueueWriter::spawn(pool.clone(), embedder.foreground()),
         pool,
@@ -101,7 +101,7 @@ pub fn build_state(
             .timeout(Duration::from_secs(30))
             .build()
             .expect("building the HTTP client"),
-    }
+    })
 }
 
 /// The ingestion context of a worker in this process.

@@ -17,7 +17,7 @@ pub struct ClaimOverview {
 pub async fn claim_page_data() -> Result<ClaimOverview, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    let pool = state()?.pool;
+    let pool = state()?.pool.clone();
     let pending = crate::core::claims::pending_for(&pool, user)
         .await
         .map_err(server_error)?;

@@ -58,7 +58,7 @@ pub async fn load_project_page(
 ) -> Result<(ProjectView, Vec<MemoryView>, i64), ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    let pool = state()?.pool;
+    let pool = state()?.pool.clone();
     let project = crate::core::projects::get(&pool, user, &id)
         .await
         .map_err(server_error)?;
