@@ -35,13 +35,7 @@ async fn register_login_and_me_answer_the_interface_shapes() {
     assert!(me["created_at"].as_str().unwrap().ends_with('Z'));
 
     // Every new account has its default project.
-    let (_, key) = (
-        token,
-        app.create_key(token, "k").await.1["data"]["key"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-    );
+    let key = app.new_key(token, "k").await;
     let (s, projects) = app.get("/api/v1/projects", Some(&key)).await;
     assert_eq!(s, 200);
     assert_eq!(projects["data"][0]["id"], "default");
@@ -320,10 +314,7 @@ async fn a_cached_key_deleted_by_another_process_is_refused_once_the_change_is_a
     let app = spawn_app().await;
     app.until_listening().await;
     let token = app.token_for("hal@example.com").await;
-    let key = app.create_key(&token, "agent").await.1["data"]["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let key = app.new_key(&token, "agent").await;
     let hits = app.state.keys.hits();
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
@@ -341,10 +332,7 @@ async fn a_cached_key_deleted_by_another_process_is_refused_once_the_change_is_a
 
     // The listener's connection is cut: while it is away nothing is served from the cache, and
     // once it is back the cache starts empty.
-    let key = app.create_key(&token, "agent 2").await.1["data"]["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let key = app.new_key(&token, "agent 2").await;
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
     let cut: i64 = sqlx::query_scalar(
         "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity
@@ -370,14 +358,8 @@ async fn concurrent_calls_with_a_key_not_yet_cached_ask_the_database_once() {
     let app = spawn_app().await;
     app.until_listening().await;
     let token = app.token_for("joe@example.com").await;
-    let key = app.create_key(&token, "agent").await.1["data"]["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let user_id: i64 = sqlx::query_scalar("select id from users where email = 'joe@example.com'")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let key = app.new_key(&token, "agent").await;
+    let user_id = app.user_id(&token).await;
     let lookups = app.state.keys.lookups();
     let owners =
         futures::future::join_all((0..64).map(|_| app.state.keys.authenticate(&app.pool, &key)))

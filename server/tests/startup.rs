@@ -78,9 +78,6 @@ async fn each_api_key_is_rate_limited() {
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
     // Another key of the same account has its own budget.
-    let other = app.create_key(&token, "second").await.1["data"]["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let other = app.new_key(&token, "second").await;
     assert_eq!(app.get("/api/v1/projects", Some(&other)).await.0, 200);
 }

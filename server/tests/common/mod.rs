@@ -281,12 +281,18 @@ impl TestApp {
         .await
     }
 
+    /// A new API key of the account behind `token`: its secret.
+    pub async fn new_key(&self, token: &str, name: &str) -> String {
+        let (s, b) = self.create_key(token, name).await;
+        assert_eq!(s, 200, "{b}");
+        b["data"]["key"].as_str().unwrap().to_string()
+    }
+
     /// A new human account with an API key: (token, key).
     pub async fn user(&self, email: &str) -> (String, String) {
         let token = self.token_for(email).await;
-        let (s, b) = self.create_key(&token, "test").await;
-        assert_eq!(s, 200, "{b}");
-        (token, b["data"]["key"].as_str().unwrap().to_string())
+        let key = self.new_key(&token, "test").await;
+        (token, key)
     }
 
     /// Queues a memory; its task id.
