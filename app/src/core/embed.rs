@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{anyhow, Context};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::{BertEncoder, BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use tokio::sync::{mpsc, oneshot};
 
@@ -23,8 +23,16 @@ pub const MAX_BATCH: usize = 16;
 pub const MAX_TOKENS: usize = 256;
 
 /// The loaded model and tokenizer.
+///
+/// The model runs one encoder layer at a time (candle's `BertModel` runs all six in one call),
+/// so the bulk lane can pause between layers when the API is busy: a forward pass of a full
+/// batch takes a hundred milliseconds or more, a layer a sixth of that.
 pub struct Embedder {
-    model: BertModel,
+    /// The embedding layer: candle's BERT loaded with no encoder layers.
+    embeddings: BertModel,
+    /// The encoder's layers in order, each as an encoder of its one layer (the weights are
+    /// shared, not copied).
+    layers: Vec<BertEncoder>,
     tokenizer: Tokenizer,
     device: Device,
 }
@@ -60,9 +68,26 @@ impl Embedder {
                 &device,
             )?
         };
-        let model = BertModel::load(vb, &config)?;
+        let embeddings = BertModel::load(
+            vb.clone(),
+            &Config {
+                num_hidden_layers: 0,
+                ..config.clone()
+            },
+        )?;
+        let encoder = BertEncoder::load(vb.pp("encoder"), &config)?;
+        let layers = encoder
+            .layers
+            .iter()
+            .map(|layer| {
+                let mut one = encoder.clone();
+                one.layers = vec![layer.clone()];
+                one
+            })
+            .collect();
         Ok(Self {
-            model,
+            embeddings,
+            layers,
             tokenizer,
             device,
         })
@@ -70,6 +95,15 @@ impl Embedder {
 
     /// Embeds a batch of texts (blocking).
     pub fn embed_batch(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        self.embed_batch_pausing(texts, &mut || {})
+    }
+
+    /// Embeds a batch of texts (blocking), calling `before_layer` before each encoder layer.
+    pub fn embed_batch_pausing(
+        &self,
+        texts: &[String],
+        before_layer: &mut dyn FnMut(),
+    ) -> anyhow::Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(vec![]);
         }
@@ -90,7 +124,15 @@ impl Embedder {
         let ids = Tensor::from_vec(ids, (n, len), &self.device)?;
         let types = Tensor::from_vec(types, (n, len), &self.device)?;
         let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
-        let hidden = self.model.forward(&ids, &types, Some(&mask))?; // (n, len, 384)
+        let mut hidden = self.embeddings.forward(&ids, &types, Some(&mask))?; // (n, len, 384)
+                                                                              // As BERT's extended attention mask: 0 where attended, the lowest float where padded.
+        let blocked = (mask.ones_like()? - &mask)?
+            .broadcast_mul(&Tensor::new(f32::MIN, &self.device)?)?
+            .reshape((n, 1, 1, len))?;
+        for layer in &self.layers {
+            before_layer();
+            hidden = layer.forward(&hidden, &blocked)?;
+        }
         let mask3 = mask.unsqueeze(2)?; // (n, len, 1)
         let summed = hidden.broadcast_mul(&mask3)?.sum(1)?; // (n, 384)
         let counts = mask3.sum(1)?.clamp(1e-9, f64::MAX)?; // (n, 1)
@@ -130,7 +172,8 @@ struct Inner {
 /// `SCHED_IDLE`, 64 clients posting as fast as answered got 10-12k acknowledgements/s at p95
 /// 10-12 ms instead of 13-19k/s at p95 5-10 ms (`bench ingest` without the worker, three
 /// rounds of 10,000 each). So while the writer finds requests queueing up, the model pauses
-/// between forward passes. The pause is bounded: at most [`MAX_YIELD`] at a time, and the
+/// before its next encoder layer (a pass over a full batch is six layers of 20-30 ms each, so
+/// a burst is not left to share the cores with a whole pass). The pause is bounded: at most [`MAX_YIELD`] at a time, and the
 /// lane then runs at least as long as it paused before it pauses again (while memories are
 /// queued; once it has caught up it owes nothing), so under endless pressure ingestion still
 /// runs at half speed or better. Ingestion is the queue's business and a burst of writes is
@@ -201,9 +244,9 @@ pub struct EmbedStats {
     pub batches: AtomicU64,
     /// Texts embedded.
     pub texts: AtomicU64,
-    /// Time spent in forward passes, in nanoseconds.
+    /// Time spent in forward passes (pauses not counted), in nanoseconds.
     pub busy_ns: AtomicU64,
-    /// Time the lane waited for the API to be quiet before a forward pass, in nanoseconds.
+    /// Time the lane waited for the API to be quiet, in nanoseconds.
     pub yielded_ns: AtomicU64,
 }
 
@@ -318,21 +361,68 @@ impl EmbedderHandle {
     }
 }
 
+/// When the bulk lane pauses for the API (see [`Foreground`]): before each encoder layer,
+/// unless it still owes running time for its last pause.
+struct Yielder<'a> {
+    foreground: Option<&'a Foreground>,
+    stats: &'a EmbedStats,
+    /// Running time owed for the last pause.
+    owed: std::time::Duration,
+    /// Since when the lane has been running (for `owed`).
+    running_since: std::time::Instant,
+    /// Time paused so far.
+    paused: std::time::Duration,
+}
+
+impl<'a> Yielder<'a> {
+    fn new(foreground: Option<&'a Foreground>, stats: &'a EmbedStats) -> Self {
+        Self {
+            foreground,
+            stats,
+            owed: std::time::Duration::ZERO,
+            running_since: std::time::Instant::now(),
+            paused: std::time::Duration::ZERO,
+        }
+    }
+
+    /// Caught up (its queue found empty): no backlog left to keep moving, nothing owed.
+    fn caught_up(&mut self) {
+        self.owed = std::time::Duration::ZERO;
+    }
+
+    /// About to run more of the model: pauses while the API is busy, if nothing is owed.
+    fn checkpoint(&mut self) {
+        let Some(foreground) = self.foreground else {
+            return;
+        };
+        self.owed = self.owed.saturating_sub(self.running_since.elapsed());
+        if self.owed.is_zero() {
+            let waited = foreground.wait_quiet(MAX_YIELD);
+            self.owed = waited;
+            self.paused += waited;
+            self.stats
+                .yielded_ns
+                .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        }
+        self.running_since = std::time::Instant::now();
+    }
+}
+
 /// A lane's model thread: waits for a request, takes whatever else is queued (up to a batch),
-/// runs one forward pass and answers each caller.
+/// runs one forward pass and answers each caller. The bulk lane yields to the API between
+/// layers ([`Yielder`]).
 fn run_model(
     model: Result<Arc<Embedder>, String>,
     mut rx: mpsc::UnboundedReceiver<(String, Reply)>,
     stats: &EmbedStats,
     yield_to: Option<&Foreground>,
 ) {
-    let mut owed = std::time::Duration::ZERO;
+    let mut yielder = Yielder::new(yield_to, stats);
     loop {
         let first = match rx.try_recv() {
             Ok(item) => item,
             Err(mpsc::error::TryRecvError::Empty) => {
-                // Caught up: no backlog left to keep moving, so no running time is owed.
-                owed = std::time::Duration::ZERO;
+                yielder.caught_up();
                 match rx.blocking_recv() {
                     Some(item) => item,
                     None => break,
@@ -340,15 +430,8 @@ fn run_model(
             }
             Err(mpsc::error::TryRecvError::Disconnected) => break,
         };
-        // Yield to the API (see `Foreground`), unless the lane still owes running time for its
-        // last pause.
-        if let (Some(foreground), true) = (yield_to, owed.is_zero()) {
-            let waited = foreground.wait_quiet(MAX_YIELD);
-            owed = waited;
-            stats
-                .yielded_ns
-                .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
-        }
+        // A pause before the pass, while the batch fills up.
+        yielder.checkpoint();
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -358,16 +441,20 @@ fn run_model(
         }
         let (texts, replies): (Vec<String>, Vec<Reply>) = batch.into_iter().unzip();
         let started = std::time::Instant::now();
+        let paused_before = yielder.paused;
         let result = match &model {
-            Ok(m) => m.embed_batch(&texts).map_err(|e| format!("{e:#}")),
+            Ok(m) => m
+                .embed_batch_pausing(&texts, &mut || yielder.checkpoint())
+                .map_err(|e| format!("{e:#}")),
             Err(e) => Err(e.clone()),
         };
+        let paused = yielder.paused - paused_before;
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.texts.fetch_add(texts.len() as u64, Ordering::Relaxed);
-        stats
-            .busy_ns
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        owed = owed.saturating_sub(started.elapsed());
+        stats.busy_ns.fetch_add(
+            started.elapsed().saturating_sub(paused).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
         match result {
             Ok(vectors) => {
                 for (reply, v) in replies.into_iter().zip(vectors) {
@@ -404,6 +491,40 @@ pub fn default_model_dir() -> PathBuf {
 mod tests {
     use super::*;
 
+    /// Pressure that never lets up: a thread reports it every 5 ms until dropped.
+    struct Pressing {
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Pressing {
+        fn start(foreground: Arc<Foreground>) -> Self {
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let thread = {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        foreground.pressed();
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                })
+            };
+            Self {
+                stop,
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for Pressing {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+
     /// Parity with sentence-transformers on the shared golden set.
     #[test]
     fn vectors_match_the_reference_implementation() {
@@ -428,9 +549,58 @@ mod tests {
                 "text {i} {text:?}: cosine {c1} / {c2}"
             );
         }
+        // Layer by layer with a pause point before each of the six: the same vectors.
+        let mut points = 0;
+        let paused = model
+            .embed_batch_pausing(&texts, &mut || points += 1)
+            .unwrap();
+        assert_eq!(points, 6);
+        assert_eq!(paused, batched);
     }
 
-    /// While the API is under pressure the bulk lane pauses before a forward pass, for
+    /// Pressure that begins while the bulk lane is in the middle of a forward pass pauses the
+    /// pass at its next layer. (Were the lane to pause only before a pass, it would not pause
+    /// here at all: nothing is queued behind the batch.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pressure_during_a_pass_pauses_it_between_layers() {
+        let embedder = EmbedderHandle::new(default_model_dir());
+        embedder.warm_up().await.unwrap();
+        let stats = embedder.stats(Lane::Bulk);
+        let long: Vec<String> = (0..MAX_BATCH)
+            .map(|i| {
+                format!("memory {i}: ") + &"the quick brown fox jumps over the lazy dog ".repeat(10)
+            })
+            .collect();
+        // The premise: a pass over this batch, unpressed, takes well over the 50 ms below.
+        let busy = stats.busy_ns.load(Ordering::Relaxed);
+        embedder.embed_many(&long).await.unwrap();
+        let pass = std::time::Duration::from_nanos(stats.busy_ns.load(Ordering::Relaxed) - busy);
+        assert!(
+            pass > std::time::Duration::from_millis(200),
+            "one pass took {pass:?}"
+        );
+
+        let yielded = stats.yielded_ns.load(Ordering::Relaxed);
+        let pass_done = {
+            let (embedder, long) = (embedder.clone(), long.clone());
+            tokio::spawn(async move { embedder.embed_many(&long).await })
+        };
+        // The pass has begun, unpressed; pressure from now until the batch is answered.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let pressing = Pressing::start(embedder.foreground());
+        let answered = pass_done.await.unwrap().unwrap();
+        drop(pressing);
+        assert_eq!(answered.len(), MAX_BATCH);
+        // It paused at the next layer, the whole MAX_YIELD, and then finished the pass.
+        let paused =
+            std::time::Duration::from_nanos(stats.yielded_ns.load(Ordering::Relaxed) - yielded);
+        assert!(
+            paused >= MAX_YIELD && paused < MAX_YIELD * 2,
+            "the pass paused {paused:?}"
+        );
+    }
+
+    /// While the API is under pressure the bulk lane pauses before its next layer, for
     /// `MAX_YIELD` at most, and then, while texts are queued, runs at least as long as it paused
     /// before it pauses again; the query lane never pauses, and without pressure neither does
     /// the bulk lane.
@@ -446,16 +616,7 @@ mod tests {
 
         // Pressure that never lets up (on before the next text is sent).
         embedder.foreground().pressed();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let presser = {
-            let (foreground, stop) = (embedder.foreground(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    foreground.pressed();
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-            })
-        };
+        let pressing = Pressing::start(embedder.foreground());
         // Two forward passes' worth at once: the lane pauses before the first, the whole
         // MAX_YIELD, and then owes that long of running, so the second does not wait.
         let texts: Vec<String> = (0..2 * MAX_BATCH)
@@ -475,8 +636,7 @@ mod tests {
         assert!(yielded(Lane::Bulk) >= paused + MAX_YIELD);
         embedder.embed_query("a search").await.unwrap();
         assert_eq!(yielded(Lane::Query), std::time::Duration::ZERO);
-        stop.store(true, Ordering::Relaxed);
-        presser.join().unwrap();
+        drop(pressing);
     }
 }
 
