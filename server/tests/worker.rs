@@ -231,6 +231,67 @@ async fn an_idle_worker_picks_up_each_new_memory_without_waiting_for_its_heartbe
     eprintln!("slowest POST → completed: {slowest:?}");
 }
 
+/// A backlog is claimed and stored in a few statements, not one per memory (group commit), and
+/// each task still ends with exactly one memory, classified.
+#[tokio::test]
+async fn a_backlog_is_claimed_and_stored_in_a_few_statements() {
+    let app = spawn_app().await;
+    let (_, key) = app.user("backlog@example.com").await;
+    let n = 32;
+    let mut tasks = vec![];
+    for i in 0..n {
+        tasks.push(
+            app.remember(
+                &key,
+                json!({"content": format!("backlog memory {i}: the team met on day {i} to plan the launch")}),
+            )
+            .await,
+        );
+    }
+    // The worker starts with all of them queued.
+    let ctx = server::ingest_context(&app.state, app::core::ingest::IngestOptions::default());
+    let (pool, worker_ctx) = (app.pool.clone(), ctx.clone());
+    let worker = tokio::spawn(async move {
+        server::worker::run(
+            pool,
+            worker_ctx,
+            32,
+            Duration::from_secs(300),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    });
+    for task in &tasks {
+        let t = app.wait_task(&key, task).await;
+        assert_eq!(t["status"], "completed", "{t}");
+        assert!(
+            t["cognitive_sector"].is_string() && t["importance_score"].is_number(),
+            "{t}"
+        );
+    }
+    worker.abort();
+    let (memories, tasks_with_one): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from memories),
+                (select count(*) from tasks t where (select count(*) from memories m where m.task_id = t.id) = 1)",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((memories, tasks_with_one), (n, n));
+    let claims = ctx
+        .claim_statements
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let stores = ctx
+        .store_statements
+        .load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{n} memories: {claims} claim statements, {stores} store statements");
+    assert!(
+        claims <= 8 && stores <= 8,
+        "{claims} claim and {stores} store statements for {n} memories"
+    );
+}
+
 #[tokio::test]
 async fn the_workers_bookkeeping_does_not_wait_for_the_disk_and_its_results_do() {
     // The queue's fetches, locks and acknowledgements and a task's `processing` mark commit

@@ -1,10 +1,12 @@
 //! The ingestion job: `processing` → embed → classify → store → `completed`. Idempotent: a
 //! re-delivered job (after a crash) or a retry never stores a second memory for one task, because
 //! `memories.task_id` is unique and the memory and the task's completion commit together.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use pgvector::Vector;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -14,6 +16,7 @@ use uuid::Uuid;
 use super::classify::{importance, Centroids, SECTORS};
 use super::dates;
 use super::embed::{EmbedderHandle, MODEL_NAME};
+use super::group::GroupCommit;
 use super::llm;
 use super::state::LlmSettings;
 
@@ -53,16 +56,19 @@ pub struct IngestContext {
     pub llm: Option<LlmSettings>,
     pub options: IngestOptions,
     centroids: OnceCell<Centroids>,
-    /// Turns at the database for the writes of embedded memories (see [`DB_TURNS`]).
-    db_turns: tokio::sync::Semaphore,
+    /// Group commit for the jobs' claims of their tasks (started on first use).
+    claims: std::sync::OnceLock<GroupCommit<Uuid, Result<Option<Claimed>, String>>>,
+    /// Group commit for embedded memories (started on first use).
+    stores: std::sync::OnceLock<GroupCommit<Store, Result<(), String>>>,
+    /// Statements the claim and store writers have run (tests and benchmarks read them).
+    pub claim_statements: Arc<AtomicU64>,
+    pub store_statements: Arc<AtomicU64>,
 }
 
-/// Jobs of one process at the database at once after embedding. A model batch finishes 16
-/// jobs together; their 16 novelty queries and stores (each an HNSW and a GIN insert) at once
-/// took both cores for tens of milliseconds every batch, and the API's answers waited behind
-/// them. One at a time they take one core at most, and still keep up with the model (a batch's
-/// writes take a fraction of its forward pass).
-const DB_TURNS: usize = 1;
+/// Most memories stored in one statement.
+const MAX_STORE_BATCH: usize = 64;
+/// Most tasks claimed in one statement.
+const MAX_CLAIM_BATCH: usize = 64;
 
 impl IngestContext {
     pub fn new(
@@ -80,7 +86,10 @@ impl IngestContext {
             llm,
             options,
             centroids: OnceCell::new(),
-            db_turns: tokio::sync::Semaphore::new(DB_TURNS),
+            claims: std::sync::OnceLock::new(),
+            stores: std::sync::OnceLock::new(),
+            claim_statements: Arc::default(),
+            store_statements: Arc::default(),
         })
     }
 
@@ -125,8 +134,9 @@ pub fn bookkeeping_pool(pool: &PgPool) -> PgPool {
 }
 
 /// A task as the worker claims it.
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, Clone)]
 struct Claimed {
+    id: Uuid,
     user_id: i64,
     project_id: String,
     content: String,
@@ -140,14 +150,12 @@ struct Claimed {
 /// Runs one task to `completed` or `failed`. An `Err` is returned only when the database cannot
 /// be reached to record the outcome, so the queue delivers the job again.
 pub async fn process(ctx: &IngestContext, task_id: Uuid) -> anyhow::Result<()> {
-    let claimed: Option<Claimed> = sqlx::query_as(
-        "update tasks set status = 'processing', started_at = coalesce(started_at, now()), attempts = attempts + 1
-         where id = $1 and status in ('pending', 'processing')
-         returning user_id, project_id, content, metadata, agent_id, attempts, seq, created_at",
-    )
-    .bind(task_id)
-    .fetch_optional(&ctx.bookkeeping)
-    .await?;
+    let claimed = ctx
+        .claims()
+        .submit(task_id)
+        .await
+        .ok_or_else(|| anyhow::anyhow!("the claim writer stopped"))?
+        .map_err(|e| anyhow::anyhow!(e))?;
     // Already completed or failed, or deleted with its project: nothing to do.
     let Some(task) = claimed else {
         return Ok(());
@@ -196,59 +204,216 @@ async fn try_once(
         anyhow::bail!("injected transient failure (try {try_number})");
     }
     let embedding = ctx.embedder.embed(&task.content).await?;
-    let vector = Vector::from(embedding.clone());
-    let nearest = {
-        let _turn = ctx.db_turns.acquire().await?;
-        nearest_similarity(&ctx.pool, task.user_id, &vector).await?
-    };
     let centroids = ctx.centroids().await?;
     let local_sector = centroids.classify(&embedding, &task.content);
-    let local_importance = importance(local_sector, &task.content, nearest);
-    let (sector, importance_score) = match &ctx.llm {
+    let (sector, llm_importance) = match &ctx.llm {
         Some(settings) => match llm::classify(&ctx.http, settings, &task.content).await {
-            Ok(answer) => (answer.sector, answer.importance.unwrap_or(local_importance)),
+            Ok(answer) => (answer.sector, answer.importance),
             Err(e) => {
                 tracing::warn!(task.id = %task_id, error = %format!("{e:#}"), "LLM classification failed, the local classifier decides");
-                (local_sector, local_importance)
+                (local_sector, None)
             }
         },
-        None => (local_sector, local_importance),
+        None => (local_sector, None),
     };
-
-    // The memory and the task's completion in one statement (one transaction). A memory stored
-    // by an earlier try of this task (whose answer was lost) is kept and reported instead.
     let event_day = dates::event_day(task.metadata.as_ref().map(|m| &m.0))
         .unwrap_or_else(|| dates::utc_day(task.created_at));
-    let _turn = ctx.db_turns.acquire().await?;
+    ctx.stores()
+        .submit(Store {
+            task_id,
+            user_id: task.user_id,
+            project_id: task.project_id.clone(),
+            content: task.content.clone(),
+            metadata: task.metadata.clone(),
+            agent_id: task.agent_id.clone(),
+            local_sector,
+            sector,
+            llm_importance,
+            vector: Vector::from(embedding),
+            seq: task.seq,
+            event_day,
+        })
+        .await
+        .ok_or_else(|| anyhow::anyhow!("the store writer stopped"))?
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// An embedded, classified memory on its way to the database.
+struct Store {
+    task_id: Uuid,
+    user_id: i64,
+    project_id: String,
+    content: String,
+    metadata: Option<sqlx::types::Json<Value>>,
+    agent_id: Option<String>,
+    /// The local classifier's sector (the importance's prior when the LLM gives none).
+    local_sector: usize,
+    /// The sector stored.
+    sector: usize,
+    /// The LLM's importance, when it gave one.
+    llm_importance: Option<f32>,
+    vector: Vector,
+    seq: i64,
+    event_day: NaiveDate,
+}
+
+impl IngestContext {
+    /// Group commit for claims ([`super::group`]): a fetch hands the worker up to its
+    /// concurrency of jobs at once, and each marked its task `processing` in a statement of its
+    /// own, a burst of a few dozen statements just when new memories are arriving; together
+    /// they are one.
+    fn claims(&self) -> &GroupCommit<Uuid, Result<Option<Claimed>, String>> {
+        self.claims.get_or_init(|| {
+            let (pool, statements) = (self.bookkeeping.clone(), self.claim_statements.clone());
+            GroupCommit::spawn(MAX_CLAIM_BATCH, move |ids: Vec<Uuid>| {
+                let (pool, statements) = (pool.clone(), statements.clone());
+                async move {
+                    statements.fetch_add(1, Ordering::Relaxed);
+                    match claim_batch(&pool, &ids).await {
+                        Ok(claimed) => ids.iter().map(|id| Ok(claimed.get(id).cloned())).collect(),
+                        Err(e) => {
+                            let message = format!("{e:#}");
+                            ids.iter().map(|_| Err(message.clone())).collect()
+                        }
+                    }
+                }
+            })
+        })
+    }
+
+    /// Group commit for embedded memories. A model batch finishes up to 16 jobs together;
+    /// stored one transaction each, they were 16 WAL flushes (each carrying HNSW and GIN index
+    /// changes) for every forward pass, about a hundred a second, and a new memory's
+    /// acknowledgement, which waits for its own flush, kept finding the disk busy with one of
+    /// them (sampled wait events: the API's writes waiting in `WALSync` and `WALWrite` behind
+    /// the worker's). Written together, a forward pass's memories are one or two flushes. One
+    /// statement at a time, so the stores' index inserts take one core at most, and the API
+    /// keeps the other.
+    fn stores(&self) -> &GroupCommit<Store, Result<(), String>> {
+        self.stores.get_or_init(|| {
+            let (pool, statements) = (self.pool.clone(), self.store_statements.clone());
+            GroupCommit::spawn(MAX_STORE_BATCH, move |batch: Vec<Store>| {
+                let (pool, statements) = (pool.clone(), statements.clone());
+                async move {
+                    statements.fetch_add(1, Ordering::Relaxed);
+                    match store_batch(&pool, &batch).await {
+                        Ok(()) => batch.iter().map(|_| Ok(())).collect(),
+                        // One bad row (its project deleted meanwhile) must not fail the others:
+                        // each on its own, with its own answer.
+                        Err(_) if batch.len() > 1 => {
+                            let mut results = Vec::with_capacity(batch.len());
+                            for s in &batch {
+                                statements.fetch_add(1, Ordering::Relaxed);
+                                results.push(
+                                    store_batch(&pool, std::slice::from_ref(s))
+                                        .await
+                                        .map_err(|e| format!("{e:#}")),
+                                );
+                            }
+                            results
+                        }
+                        Err(e) => vec![Err(format!("{e:#}"))],
+                    }
+                }
+            })
+        })
+    }
+}
+
+/// Marks the tasks `processing` (each one try more); the ones still to do, by id. A task already
+/// completed or failed, or deleted with its project, is not among them.
+async fn claim_batch(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<HashMap<Uuid, Claimed>> {
+    let claimed: Vec<Claimed> = sqlx::query_as(
+        "update tasks set status = 'processing', started_at = coalesce(started_at, now()), attempts = attempts + 1
+         where id = any($1) and status in ('pending', 'processing')
+         returning id, user_id, project_id, content, metadata, agent_id, attempts, seq, created_at",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(claimed.into_iter().map(|c| (c.id, c)).collect())
+}
+
+/// Stores a batch: each memory's novelty against its account's stored memories (one query for
+/// the batch; memories of one batch do not count against each other, as two jobs running side by
+/// side never did), its importance (see the migration that defines `nearest_memory_similarity`), then the memories and their tasks' completion in one statement
+/// (one transaction). A memory stored by an earlier try of its task (whose answer was lost) is
+/// kept and reported instead.
+async fn store_batch(pool: &PgPool, batch: &[Store]) -> anyhow::Result<()> {
+    let users: Vec<i64> = batch.iter().map(|s| s.user_id).collect();
+    let vectors: Vec<&Vector> = batch.iter().map(|s| &s.vector).collect();
+    let nearest: Vec<Option<f32>> = sqlx::query_scalar(
+        "select nearest_memory_similarity(b.user_id, b.embedding, $3)
+         from unnest($1::bigint[], $2::vector[]) with ordinality as b(user_id, embedding, i)
+         order by b.i",
+    )
+    .bind(&users)
+    .bind(&vectors)
+    .bind(NOVELTY_EXACT_LIMIT)
+    .fetch_all(pool)
+    .await?;
+    anyhow::ensure!(
+        nearest.len() == batch.len(),
+        "novelty: {} answers for {}",
+        nearest.len(),
+        batch.len()
+    );
+    let importances: Vec<f32> = batch
+        .iter()
+        .zip(&nearest)
+        .map(|(s, &nearest)| {
+            s.llm_importance
+                .unwrap_or_else(|| importance(s.local_sector, &s.content, nearest))
+        })
+        .collect();
+    let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::new_v4()).collect();
+    let projects: Vec<&str> = batch.iter().map(|s| s.project_id.as_str()).collect();
+    let tasks: Vec<Uuid> = batch.iter().map(|s| s.task_id).collect();
+    let contents: Vec<&str> = batch.iter().map(|s| s.content.as_str()).collect();
+    let metadata: Vec<Option<&sqlx::types::Json<Value>>> =
+        batch.iter().map(|s| s.metadata.as_ref()).collect();
+    let agents: Vec<Option<&str>> = batch.iter().map(|s| s.agent_id.as_deref()).collect();
+    let sectors: Vec<&str> = batch.iter().map(|s| SECTORS[s.sector]).collect();
+    let seqs: Vec<i64> = batch.iter().map(|s| s.seq).collect();
+    let days: Vec<NaiveDate> = batch.iter().map(|s| s.event_day).collect();
     sqlx::query(
-        "with inserted as (
+        "with batch as (
+             select * from unnest($1::uuid[], $2::bigint[], $3::text[], $4::uuid[], $5::text[],
+                 $6::jsonb[], $7::text[], $8::text[], $9::real[], $10::vector[], $11::bigint[],
+                 $12::date[])
+             as b(id, user_id, project_id, task_id, content, metadata, agent_id, cognitive_sector,
+                 importance_score, embedding, seq, event_day)),
+         inserted as (
              insert into memories (id, user_id, project_id, task_id, content, metadata, agent_id,
                  cognitive_sector, importance_score, embedding, embedding_model, seq, event_day)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             select id, user_id, project_id, task_id, content, metadata, agent_id,
+                 cognitive_sector, importance_score, embedding, $13, seq, event_day
+             from batch
              on conflict (task_id) do nothing
-             returning id, cognitive_sector, importance_score),
+             returning id, task_id, cognitive_sector, importance_score),
          stored as (
-             select id, cognitive_sector, importance_score from inserted
+             select id, task_id, cognitive_sector, importance_score from inserted
              union all
-             select id, cognitive_sector, importance_score from memories where task_id = $4)
+             select id, task_id, cognitive_sector, importance_score from memories
+             where task_id in (select task_id from batch))
          update tasks t set status = 'completed', memory_id = s.id, cognitive_sector = s.cognitive_sector,
              importance_score = s.importance_score, completed_at = now(), error = null
-         from stored s where t.id = $4",
+         from stored s where t.id = s.task_id",
     )
-    .bind(Uuid::new_v4())
-    .bind(task.user_id)
-    .bind(&task.project_id)
-    .bind(task_id)
-    .bind(&task.content)
-    .bind(&task.metadata)
-    .bind(&task.agent_id)
-    .bind(SECTORS[sector])
-    .bind(importance_score)
-    .bind(&vector)
+    .bind(&ids)
+    .bind(&users)
+    .bind(&projects)
+    .bind(&tasks)
+    .bind(&contents)
+    .bind(&metadata)
+    .bind(&agents)
+    .bind(&sectors)
+    .bind(&importances)
+    .bind(&vectors)
+    .bind(&seqs)
+    .bind(&days)
     .bind(MODEL_NAME)
-    .bind(task.seq)
-    .bind(event_day)
-    .execute(&ctx.pool)
+    .execute(pool)
     .await?;
     Ok(())
 }
@@ -256,20 +421,3 @@ async fn try_once(
 /// Accounts up to this many memories are compared exactly for novelty; larger ones through the
 /// HNSW index (approximate, which novelty can afford).
 const NOVELTY_EXACT_LIMIT: i32 = 500;
-
-/// The cosine similarity of the account's memory nearest to `vector` (`None` for a new account);
-/// see the migration that defines `nearest_memory_similarity`.
-async fn nearest_similarity(
-    pool: &PgPool,
-    user_id: i64,
-    vector: &Vector,
-) -> anyhow::Result<Option<f32>> {
-    Ok(
-        sqlx::query_scalar("select nearest_memory_similarity($1, $2, $3)")
-            .bind(user_id)
-            .bind(vector)
-            .bind(NOVELTY_EXACT_LIMIT)
-            .fetch_one(pool)
-            .await?,
-    )
-}

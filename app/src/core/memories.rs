@@ -3,10 +3,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::{PgExecutor, PgPool};
-use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::error::{AppError, AppResult};
+use super::group::GroupCommit;
 use super::projects;
 use super::state::AppState;
 use super::time::iso;
@@ -69,15 +69,13 @@ struct Pending {
     user_id: i64,
     project_id: String,
     new: NewMemory,
-    reply: oneshot::Sender<AppResult<Uuid>>,
 }
 
-/// Group commit for new memories: concurrent requests are written together, each batch as one
-/// transaction (tasks and their queue jobs), and every request is answered after its batch
-/// commits. Under load this turns many small transactions into a few larger ones; alone, a
-/// request is its own batch.
+/// Group commit for new memories ([`super::group`]): concurrent requests are written together,
+/// each batch as one transaction (tasks and their queue jobs), and every request is answered
+/// after its batch commits.
 pub struct EnqueueWriter {
-    queue: mpsc::UnboundedSender<Pending>,
+    group: GroupCommit<Pending, AppResult<Uuid>>,
 }
 
 /// A batch this large means requests are queueing for their acknowledgement (a batch takes
@@ -95,16 +93,9 @@ impl EnqueueWriter {
         pool: PgPool,
         foreground: std::sync::Arc<super::embed::Foreground>,
     ) -> std::sync::Arc<Self> {
-        let (queue, mut rx) = mpsc::unbounded_channel::<Pending>();
-        tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < MAX_WRITE_BATCH {
-                    match rx.try_recv() {
-                        Ok(p) => batch.push(p),
-                        Err(_) => break,
-                    }
-                }
+        let group = GroupCommit::spawn(MAX_WRITE_BATCH, move |batch: Vec<Pending>| {
+            let (pool, foreground) = (pool.clone(), foreground.clone());
+            async move {
                 // Many requests queued while the last batch was written: the API is under
                 // load, and ingestion's model yields to it for a while.
                 if batch.len() >= PRESSURE_BATCH {
@@ -112,45 +103,36 @@ impl EnqueueWriter {
                 }
                 let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::new_v4()).collect();
                 match write_batch(&pool, &batch, &ids).await {
-                    Ok(()) => {
-                        for (p, id) in batch.into_iter().zip(ids) {
-                            let _ = p.reply.send(Ok(id));
-                        }
-                    }
+                    Ok(()) => ids.into_iter().map(Ok).collect(),
                     // One bad row (a project deleted meanwhile) must not fail the others: write
                     // them one by one.
                     Err(_) if batch.len() > 1 => {
-                        for (p, id) in batch.into_iter().zip(ids) {
-                            let result = write_batch(&pool, std::slice::from_ref(&p), &[id])
-                                .await
-                                .map(|_| id);
-                            let _ = p.reply.send(result);
+                        let mut results = Vec::with_capacity(batch.len());
+                        for (p, id) in batch.iter().zip(ids) {
+                            results.push(
+                                write_batch(&pool, std::slice::from_ref(p), &[id])
+                                    .await
+                                    .map(|_| id),
+                            );
                         }
+                        results
                     }
-                    Err(e) => {
-                        if let Some(p) = batch.pop() {
-                            let _ = p.reply.send(Err(e));
-                        }
-                    }
+                    Err(e) => vec![Err(e)],
                 }
             }
         });
-        std::sync::Arc::new(Self { queue })
+        std::sync::Arc::new(Self { group })
     }
 
     async fn submit(&self, user_id: i64, project_id: String, new: NewMemory) -> AppResult<Uuid> {
-        let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Pending {
+        self.group
+            .submit(Pending {
                 user_id,
                 project_id,
                 new,
-                reply,
             })
-            .map_err(|_| anyhow::anyhow!("the memory writer stopped"))?;
-        answer
             .await
-            .map_err(|_| anyhow::anyhow!("the memory writer stopped"))?
+            .ok_or_else(|| anyhow::anyhow!("the memory writer stopped"))?
     }
 }
 

@@ -10,7 +10,8 @@
 //! - `search`: hybrid search; `terms`: cached term statistics for its BM25; `dates`: the days
 //!   a query or a memory's metadata names;
 //! - `mail`, `smtp`: outgoing mail and the development mailbox;
-//! - `ratelimit`, `usage`: in-memory limits and batched API-call counts.
+//! - `ratelimit`, `usage`: in-memory limits and batched API-call counts;
+//! - `group`: group commit, for the writes many requests or jobs make at once.
 pub mod accounts;
 pub mod claims;
 pub mod classify;
@@ -18,6 +19,7 @@ pub mod crypto;
 pub mod dates;
 pub mod embed;
 pub mod error;
+pub mod group;
 pub mod ingest;
 pub mod keys;
 pub mod llm;
