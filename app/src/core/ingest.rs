@@ -335,10 +335,11 @@ async fn claim_batch(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<HashMap<Uuid, 
 }
 
 /// Stores a batch: each memory's novelty against its account's stored memories (one query for
-/// the batch; memories of one batch do not count against each other, as two jobs running side by
-/// side never did), its importance (see the migration that defines `nearest_memory_similarity`), then the memories and their tasks' completion in one statement
-/// (one transaction). A memory stored by an earlier try of its task (whose answer was lost) is
-/// kept and reported instead.
+/// the batch; memories of one batch do not count against each other, as two jobs running side
+/// by side never did; see the migration that defines `nearest_memory_similarity`), its
+/// importance, then the memories and their tasks' completion in one statement (one
+/// transaction). A memory stored by an earlier try of its task (whose answer was lost) is kept
+/// and reported instead.
 async fn store_batch(pool: &PgPool, batch: &[Store]) -> anyhow::Result<()> {
     let users: Vec<i64> = batch.iter().map(|s| s.user_id).collect();
     let vectors: Vec<&Vector> = batch.iter().map(|s| &s.vector).collect();
