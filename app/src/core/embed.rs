@@ -585,13 +585,17 @@ mod tests {
             let (embedder, long) = (embedder.clone(), long.clone());
             tokio::spawn(async move { embedder.embed_many(&long).await })
         };
-        // The pass has begun, unpressed; pressure from now until the batch is answered.
+        // The pass has begun, unpressed; pressure from now until the lane has paused once (a
+        // pause is counted when it ends) or the pass is over without one.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let pressing = Pressing::start(embedder.foreground());
+        while stats.yielded_ns.load(Ordering::Relaxed) == yielded && !pass_done.is_finished() {
+            embedder.foreground().pressed();
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         let answered = pass_done.await.unwrap().unwrap();
-        drop(pressing);
         assert_eq!(answered.len(), MAX_BATCH);
-        // It paused at the next layer, the whole MAX_YIELD, and then finished the pass.
+        // It paused at the next layer, the whole MAX_YIELD (the pressure lasted), and then
+        // finished the pass.
         let paused =
             std::time::Duration::from_nanos(stats.yielded_ns.load(Ordering::Relaxed) - yielded);
         assert!(
