@@ -318,6 +318,30 @@ async fn the_workers_bookkeeping_does_not_wait_for_the_disk_and_its_results_do()
     );
 }
 
+/// No index of the queue's table is there twice (apalis left two duplicates; a migration drops
+/// them): each would be written again for every new job and every change of a job's state.
+#[tokio::test]
+async fn the_jobs_table_has_no_index_twice() {
+    let app = spawn_app().await;
+    let indexes: Vec<(String, String)> = sqlx::query_as(
+        "select indexrelid::regclass::text,
+                indkey::text || ' ' || coalesce(pg_get_expr(indpred, indrelid), '') || ' ' || coalesce(pg_get_expr(indexprs, indrelid), '')
+         from pg_index where indrelid = 'apalis.jobs'::regclass order by 1",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(indexes.len() >= 4, "{indexes:?}");
+    let mut definitions: Vec<&str> = indexes.iter().map(|(_, d)| d.as_str()).collect();
+    definitions.sort();
+    definitions.dedup();
+    assert_eq!(
+        definitions.len(),
+        indexes.len(),
+        "an index twice: {indexes:?}"
+    );
+}
+
 /// A batch of new memories is one statement, and the workers hear of it once: one notification
 /// per queue and statement (our trigger replaces apalis's per-row one), in the payload apalis's
 /// listener reads, naming the queue and the batch's first job.
