@@ -124,8 +124,9 @@ impl Embedder {
         let ids = Tensor::from_vec(ids, (n, len), &self.device)?;
         let types = Tensor::from_vec(types, (n, len), &self.device)?;
         let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
-        let mut hidden = self.embeddings.forward(&ids, &types, Some(&mask))?; // (n, len, 384)
-                                                                              // As BERT's extended attention mask: 0 where attended, the lowest float where padded.
+        // The embedding layer's output, (n, len, 384).
+        let mut hidden = self.embeddings.forward(&ids, &types, Some(&mask))?;
+        // As BERT's extended attention mask: 0 where attended, the lowest float where padded.
         let blocked = (mask.ones_like()? - &mask)?
             .broadcast_mul(&Tensor::new(f32::MIN, &self.device)?)?
             .reshape((n, 1, 1, len))?;
@@ -173,11 +174,12 @@ struct Inner {
 /// 10-12 ms instead of 13-19k/s at p95 5-10 ms (`bench ingest` without the worker, three
 /// rounds of 10,000 each). So while the writer finds requests queueing up, the model pauses
 /// before its next encoder layer (a pass over a full batch is six layers of 20-30 ms each, so
-/// a burst is not left to share the cores with a whole pass). The pause is bounded: at most [`MAX_YIELD`] at a time, and the
-/// lane then runs at least as long as it paused before it pauses again (while memories are
-/// queued; once it has caught up it owes nothing), so under endless pressure ingestion still
-/// runs at half speed or better. Ingestion is the queue's business and a burst of writes is
-/// over in a second or two; the writes' acknowledgements are what a client waits for.
+/// a burst is not left to share the cores with a whole pass). The pause is bounded: at most
+/// [`MAX_YIELD`] at a time, and the lane then runs at least as long as it paused before it
+/// pauses again (while memories are queued; once it has caught up it owes nothing), so under
+/// endless pressure ingestion still runs at half speed or better. Ingestion is the queue's
+/// business and a burst of writes is over in a second or two; the writes' acknowledgements are
+/// what a client waits for.
 pub struct Foreground {
     epoch: std::time::Instant,
     /// Microseconds after `epoch` until which the API counts as busy.
@@ -491,40 +493,6 @@ pub fn default_model_dir() -> PathBuf {
 mod tests {
     use super::*;
 
-    /// Pressure that never lets up: a thread reports it every 5 ms until dropped.
-    struct Pressing {
-        stop: Arc<std::sync::atomic::AtomicBool>,
-        thread: Option<std::thread::JoinHandle<()>>,
-    }
-
-    impl Pressing {
-        fn start(foreground: Arc<Foreground>) -> Self {
-            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let thread = {
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        foreground.pressed();
-                        std::thread::sleep(std::time::Duration::from_millis(5));
-                    }
-                })
-            };
-            Self {
-                stop,
-                thread: Some(thread),
-            }
-        }
-    }
-
-    impl Drop for Pressing {
-        fn drop(&mut self) {
-            self.stop.store(true, Ordering::Relaxed);
-            if let Some(thread) = self.thread.take() {
-                let _ = thread.join();
-            }
-        }
-    }
-
     /// Parity with sentence-transformers on the shared golden set.
     #[test]
     fn vectors_match_the_reference_implementation() {
@@ -620,7 +588,16 @@ mod tests {
 
         // Pressure that never lets up (on before the next text is sent).
         embedder.foreground().pressed();
-        let pressing = Pressing::start(embedder.foreground());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let presser = {
+            let (foreground, stop) = (embedder.foreground(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    foreground.pressed();
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            })
+        };
         // Two forward passes' worth at once: the lane pauses before the first, the whole
         // MAX_YIELD, and then owes that long of running, so the second does not wait.
         let texts: Vec<String> = (0..2 * MAX_BATCH)
@@ -640,7 +617,8 @@ mod tests {
         assert!(yielded(Lane::Bulk) >= paused + MAX_YIELD);
         embedder.embed_query("a search").await.unwrap();
         assert_eq!(yielded(Lane::Query), std::time::Duration::ZERO);
-        drop(pressing);
+        stop.store(true, Ordering::Relaxed);
+        presser.join().unwrap();
     }
 }
 
