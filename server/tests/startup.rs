@@ -3,6 +3,8 @@ mod common;
 
 use std::process::Command;
 
+use sqlx::{Connection, PgConnection};
+
 use common::*;
 
 #[test]
@@ -80,4 +82,37 @@ async fn each_api_key_is_rate_limited() {
     // Another key of the same account has its own budget.
     let other = app.new_key(&token, "second").await;
     assert_eq!(app.get("/api/v1/projects", Some(&other)).await.0, 200);
+}
+
+/// Pooled connections are handed out unchecked only within a second of their last use (see
+/// `server::pool_options`): after the server drops them all, a request a second later gets a
+/// working connection, not a dead one.
+#[tokio::test]
+async fn pooled_connections_the_server_dropped_are_replaced() {
+    let (_, url) = fresh_database().await;
+    let pool = server::connect(&url).await.unwrap();
+    // Several connections, all idle in the pool afterwards.
+    let held: Vec<_> = futures::future::join_all((0..4).map(|_| pool.acquire()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    drop(held);
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    let dropped: i64 = sqlx::query_scalar(
+        "select count(*) from (select pg_terminate_backend(pid, 5000) from pg_stat_activity
+         where datname = current_database() and pid <> pg_backend_pid()) t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(dropped >= 4, "{dropped}");
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    for _ in 0..8 {
+        let one: i32 = sqlx::query_scalar("select 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(one, 1);
+    }
 }
