@@ -471,3 +471,66 @@ async fn a_burst_of_writes_asks_ingestion_to_yield_and_single_writes_do_not() {
         .unwrap();
     assert_eq!(total, 67, "every write was stored");
 }
+
+/// The memory writer's own connection (see `EnqueueWriter::spawn`), lost to the server: the
+/// batch under way when it goes fails with an error the client can retry (nothing written), and
+/// the next one is written on a new connection; one lost while idle is noticed before use.
+#[tokio::test]
+async fn the_memory_writer_replaces_a_lost_connection() {
+    let app = spawn_app().await;
+    let (_, key) = app.user("wren@example.com").await;
+    let writer_pid = || async {
+        sqlx::query_scalar::<_, i32>(
+            "select pid from pg_stat_activity where datname = current_database() and application_name = $1",
+        )
+        .bind(app::core::memories::WRITER_APPLICATION_NAME)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+    };
+    let terminate = |pid: i32| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query("select pg_terminate_backend($1, 5000)")
+                .bind(pid)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    let first = app.remember(&key, json!({"content": "first"})).await;
+    let pids = writer_pid().await;
+    assert_eq!(pids.len(), 1, "one writer connection: {pids:?}");
+
+    // Lost just after use: the next write fails, with nothing written, and the one after works.
+    terminate(pids[0]).await;
+    let (s, b) = app
+        .post_json("/api/v1/memories", &json!({"content": "lost"}), Some(&key))
+        .await;
+    assert!(s.is_server_error(), "{s} {b}");
+    let second = app.remember(&key, json!({"content": "second"})).await;
+    let pids_after = writer_pid().await;
+    assert_eq!(pids_after.len(), 1, "{pids_after:?}");
+    assert_ne!(pids_after[0], pids[0]);
+
+    // Lost while idle: checked before use, replaced, and the write goes through.
+    terminate(pids_after[0]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let third = app.remember(&key, json!({"content": "third"})).await;
+
+    let contents: Vec<String> =
+        sqlx::query_scalar("select content from tasks order by created_at, content")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(contents, ["first", "second", "third"]);
+    let jobs: i64 = sqlx::query_scalar("select count(*) from apalis.jobs")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 3);
+    for task in [first, second, third] {
+        let (s, b) = app.get(&format!("/api/v1/tasks/{task}"), Some(&key)).await;
+        assert_eq!(s, 200, "{b}");
+    }
+}

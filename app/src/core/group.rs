@@ -21,8 +21,20 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         F: Fn(Vec<T>) -> Fut + Send + 'static,
         Fut: Future<Output = Vec<R>> + Send,
     {
+        let (this, writer) = Self::new(max, write);
+        tokio::spawn(writer);
+        this
+    }
+
+    /// As [`Self::spawn`], but the writer is returned for the caller to run (on a runtime of
+    /// its own, say); it ends once every handle is dropped.
+    pub fn new<F, Fut>(max: usize, write: F) -> (Self, impl Future<Output = ()> + Send + 'static)
+    where
+        F: Fn(Vec<T>) -> Fut + Send + 'static,
+        Fut: Future<Output = Vec<R>> + Send,
+    {
         let (queue, mut rx) = mpsc::unbounded_channel::<(T, oneshot::Sender<R>)>();
-        tokio::spawn(async move {
+        let writer = async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
                 while batch.len() < max {
@@ -40,8 +52,8 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
                     let _ = reply.send(result);
                 }
             }
-        });
-        Self { queue }
+        };
+        (Self { queue }, writer)
     }
 
     /// Queues `item` and waits for its batch to be written: its result, or `None` if the writer
