@@ -26,7 +26,7 @@ use sqlx::PgPool;
 
 use app::core::embed::EmbedderHandle;
 use app::core::ingest::{IngestContext, IngestOptions};
-use app::core::state::{AppState, Settings};
+use app::core::state::{AppState, Settings, CHECK_IDLE_AFTER, CONNECT_TIMEOUT};
 
 /// Our migrations (apalis keeps its own in schema `apalis`).
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
@@ -34,8 +34,8 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 /// Request bodies above this are 413.
 pub const BODY_LIMIT: usize = 1024 * 1024;
 
-/// A pool that fails fast when the database is unreachable, so requests answer 503 quickly.
-/// The pool every process uses.
+/// The pool every process uses. It fails fast when the database is unreachable, so requests
+/// answer 503 quickly.
 ///
 /// sqlx checks an idle connection before handing it out with a round trip to PostgreSQL (its
 /// `test_before_acquire`), so every statement cost two: under 64 clients posting, a memory
@@ -45,20 +45,17 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 pub fn pool_options() -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(20)
-        .acquire_timeout(Duration::from_secs(3))
+        .acquire_timeout(CONNECT_TIMEOUT)
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {
             Box::pin(async move {
-                if meta.idle_for > PING_IDLE_AFTER {
+                if meta.idle_for > CHECK_IDLE_AFTER {
                     sqlx::Connection::ping(conn).await?;
                 }
                 Ok(true)
             })
         })
 }
-
-/// A pooled connection idle longer than this is checked before use.
-const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 
 pub async fn connect(url: &str) -> anyhow::Result<PgPool> {
     Ok(pool_options().connect_with(connect_options(url)?).await?)

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::error::{AppError, AppResult};
 use super::group::GroupCommit;
 use super::projects;
-use super::state::AppState;
+use super::state::{AppState, CHECK_IDLE_AFTER, CONNECT_TIMEOUT};
 use super::time::iso;
 use super::validate::Fields;
 use crate::types::MemoryView;
@@ -154,8 +154,8 @@ impl EnqueueWriter {
 }
 
 /// The writer's own connection, opened on its thread and kept there. As the pool does with its
-/// connections (see `server::pool_options`), one idle for over a second is checked before use,
-/// and one that failed is replaced at the next batch.
+/// connections (see `server::pool_options`), one idle longer than [`CHECK_IDLE_AFTER`] is
+/// checked before use, and one that failed is replaced at the next batch.
 struct OwnConnection {
     options: sqlx::postgres::PgConnectOptions,
     /// The connection and when it was last used.
@@ -164,10 +164,6 @@ struct OwnConnection {
 
 /// How the writer's connection shows in `pg_stat_activity`.
 pub const WRITER_APPLICATION_NAME: &str = "engram memory writer";
-/// The writer's connection, idle longer than this, is checked before use.
-const CHECK_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-/// As long as a request waits for a pooled connection (`server::pool_options`).
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl OwnConnection {
     fn new(pool: &PgPool) -> Self {

@@ -9,6 +9,12 @@ use super::embed::EmbedderHandle;
 use super::ratelimit::RateLimiter;
 use super::usage::UsageCounter;
 
+/// A database connection idle longer than this is checked with a round trip before use (the
+/// pool's and the memory writer's alike); one used more recently is trusted as it is.
+pub const CHECK_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+/// Longest a request waits for a database connection before it answers 503.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Settings the domain needs, read once from the environment by the server.
 #[derive(Clone, Debug)]
 pub struct Settings {
