@@ -117,4 +117,15 @@ if [ "${ENGRAM_SETUP_BROWSER:-0}" = 1 ] && [ ! -d end2end/node_modules/playwrigh
   say "installing Playwright (playwright-core)"
   (cd end2end && npm ci --no-audit --no-fund -s)
 fi
+# 8. The official clients the suite drives against a live server (MCP's Python SDK, MemoryX's
+#    two SDKs), in a virtualenv of their own; reinstalled only when the pinned list changes.
+if [ "${ENGRAM_SETUP_BROWSER:-0}" = 1 ]; then
+  venv="$CACHE/venv"; req=end2end/clients/requirements.txt
+  if ! cmp -s "$req" "$venv/requirements.txt" 2>/dev/null; then
+    say "installing the client test packages ($req)"
+    python3 -c 'import venv' 2>/dev/null && python3 -m venv "$venv" 2>/dev/null || { need_pkgs python3-venv; python3 -m venv "$venv"; }
+    "$venv/bin/pip" install -q -r "$req"
+    cp "$req" "$venv/requirements.txt"
+  fi
+fi
 say "ready"

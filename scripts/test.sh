@@ -22,7 +22,7 @@ echo "== Rust tests"
 cargo build -q -p server --bin engram
 cargo nextest run -p server -p app --features app/ssr --no-fail-fast
 
-echo "== Browser tests"
+echo "== Portal bundle"
 bash scripts/build-site.sh
 # A free port, so a server left running elsewhere is never mistaken for ours.
 port=${ENGRAM_E2E_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
@@ -30,7 +30,8 @@ db=engram_e2e
 psql "$admin_url" -qc "drop database if exists $db with (force)" -c "create database $db" >/dev/null
 log=$CARGO_TARGET_DIR/e2e-server.log
 DATABASE_URL=postgres://engram:engram@127.0.0.1:5432/$db ENGRAM_BIND=127.0.0.1:$port \
-  ENGRAM_SITE_ROOT=$CARGO_TARGET_DIR/site ENGRAM_RATE_REGISTER_PER_HOUR=1000 ENGRAM_LOG=info \
+  ENGRAM_SITE_ROOT=$CARGO_TARGET_DIR/site ENGRAM_RATE_REGISTER_PER_HOUR=1000 \
+  ENGRAM_RATE_AUTO_REGISTER_PER_HOUR=1000 ENGRAM_LOG=info \
   "$CARGO_TARGET_DIR/debug/engram" serve >"$log" 2>&1 &
 server_pid=$!
 trap 'kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true' EXIT
@@ -40,4 +41,8 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 curl -fs "http://127.0.0.1:$port/api/ready" >/dev/null && kill -0 $server_pid 2>/dev/null || { echo "server did not become ready"; tail -50 "$log"; exit 1; }
+echo "== Client tests (MCP's and MemoryX's official SDKs against the live server)"
+ENGRAM_BASE_URL=http://127.0.0.1:$port "${ENGRAM_CACHE:-$HOME/.cache/engram}/venv/bin/python" -m pytest -q -p no:cacheprovider end2end/clients \
+  || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }
+echo "== Browser tests"
 (cd end2end && ENGRAM_BASE_URL=http://127.0.0.1:$port npx playwright test) || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }

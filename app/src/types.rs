@@ -4,6 +4,7 @@ use serde_json::Value;
 
 /// An API key as listed: the secret is masked except at creation.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ApiKeyView {
     pub id: i64,
     pub name: String,
@@ -15,6 +16,7 @@ pub struct ApiKeyView {
 
 /// A project with the number of memories it holds.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct ProjectView {
     pub id: String,
     pub name: String,
@@ -25,20 +27,26 @@ pub struct ProjectView {
 
 /// A memory record: all nine fields of the interface.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct MemoryView {
     pub id: String,
     pub content: String,
     pub project_id: String,
+    /// The object given at creation, `{}` when omitted, `null` when sent as null.
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<Object>))]
     pub metadata: Value,
     pub agent_id: Option<String>,
     pub cognitive_sector: String,
     pub importance_score: f32,
     pub created_at: String,
     pub updated_at: String,
+    /// The cognitive sector again, under the name MemoryX's clients read.
+    pub category: String,
 }
 
 /// A memory task: every field of the interface's Task, null until known.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct TaskView {
     pub task_id: String,
     pub status: String,
@@ -48,10 +56,28 @@ pub struct TaskView {
     pub created_at: String,
     pub completed_at: Option<String>,
     pub error: Option<String>,
+    /// A batch's task only (`POST /api/v1/memories/batch`): its memories' progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchCounts>,
+}
+
+/// How far the memories of a batch have got: the batch's task completes when none is left
+/// pending or processing.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct BatchCounts {
+    pub total: i64,
+    pub pending: i64,
+    pub processing: i64,
+    pub completed: i64,
+    pub failed: i64,
+    /// The stored memories' ids, in the batch's order.
+    pub memory_ids: Vec<String>,
 }
 
 /// One search result.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct SearchHit {
     pub id: String,
     pub content: String,
@@ -59,12 +85,16 @@ pub struct SearchHit {
     pub cognitive_sector: String,
     pub importance_score: f32,
     pub project_id: String,
+    #[cfg_attr(feature = "ssr", schema(value_type = Option<Object>))]
     pub metadata: Value,
     pub created_at: String,
+    /// The cognitive sector again, under the name MemoryX's clients read.
+    pub category: String,
 }
 
 /// A machine claimed into the account, for the portal's machines section.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct MachineView {
     pub user_id: String,
     pub hostname: Option<String>,
@@ -75,6 +105,7 @@ pub struct MachineView {
 
 /// A message of the development mailbox.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct MailView {
     pub id: i64,
     pub to_address: String,
@@ -85,6 +116,7 @@ pub struct MailView {
 
 /// A live claim as the portal's claim page shows it to the human it names.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct PendingClaim {
     pub machine_id: i64,
     pub hostname: Option<String>,

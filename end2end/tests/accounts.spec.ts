@@ -4,6 +4,8 @@ import { createKey, hydrated, logIn, password, signUp, uniqueEmail } from './hel
 test('sign up, create a key shown once that works, revoke it and it stops working', async ({ page, request }) => {
   const email = uniqueEmail('keys');
   await signUp(page, email);
+  await page.goto('/keys');
+  await hydrated(page);
 
   const key = await createKey(page, 'laptop agent');
   expect(key).toMatch(/^engram_[A-Za-z0-9]{32,}$/);

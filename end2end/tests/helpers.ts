@@ -17,7 +17,7 @@ export async function signUp(page: Page, email: string) {
   await page.getByTestId('signup-email').fill(email);
   await page.getByTestId('signup-password').fill(password);
   await page.getByTestId('signup-submit').click();
-  await expect(page).toHaveURL(/\/keys$/);
+  await expect(page).toHaveURL(/\/install$/);
   await expect(page.getByTestId('who')).toHaveText(email);
 }
 

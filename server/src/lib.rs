@@ -1,7 +1,9 @@
 //! # Layout
 //! The Engram server: one binary (`engram`) with subcommands.
 //! - `config`: settings from the environment;
-//! - `api`: the JSON API under `/api`;
+//! - `api`: the JSON API under `/api`, and its OpenAPI document;
+//! - `guide`: the plain-text agent guide at `/agent-guide`;
+//! - `mcp`: the MCP endpoint at `/mcp` (streamable HTTP, the API's tools);
 //! - `portal`: the Leptos portal (SSR + hydration), its sessions and cross-site protection;
 //! - `sessions`: the PostgreSQL session store;
 //! - `worker`: the apalis ingestion worker;
@@ -10,6 +12,8 @@
 pub mod api;
 pub mod bench;
 pub mod config;
+pub mod guide;
+pub mod mcp;
 pub mod portal;
 pub mod sessions;
 pub mod telemetry;
@@ -133,7 +137,10 @@ pub fn ingest_context(state: &AppState, options: IngestOptions) -> Arc<IngestCon
 
 /// The whole HTTP application: API and portal on one router.
 pub fn router(state: AppState) -> Router {
-    let api = api::router().layer(DefaultBodyLimit::max(BODY_LIMIT));
+    let api = api::router()
+        .merge(mcp::router())
+        .merge(guide::router())
+        .layer(DefaultBodyLimit::max(BODY_LIMIT));
     portal::router(&state)
         .merge(api)
         .layer(axum::middleware::from_fn(telemetry::log_request))

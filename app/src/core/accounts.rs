@@ -9,7 +9,7 @@ use super::time::iso;
 use super::validate::{email_problem, Fields};
 
 /// The user record of `/api/auth/me`.
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, Clone, utoipa::ToSchema)]
 pub struct UserRecord {
     pub id: i64,
     pub email: Option<String>,

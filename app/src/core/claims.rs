@@ -18,7 +18,7 @@ use super::time::iso;
 pub const MAX_WRONG_CODES: i32 = 5;
 
 /// The answer of claim/init.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ClaimStarted {
     pub expires_at: String,
     /// Only without a mail transport (local development).
@@ -227,6 +227,11 @@ async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()>
     }
     // Projects move with their memories and tasks (on update cascade), then the keys.
     sqlx::query("update projects set user_id = $2 where user_id = $1")
+        .bind(machine)
+        .bind(human)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("update task_batches set user_id = $2 where user_id = $1")
         .bind(machine)
         .bind(human)
         .execute(&mut *tx)

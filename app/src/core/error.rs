@@ -5,16 +5,32 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 /// One FastAPI-shaped validation error: `{loc, msg, type, input?, ctx?}`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+#[schema(example = json!({"loc": ["body", "content"], "msg": "Field required", "type": "missing", "input": {}}))]
 pub struct FieldError {
+    /// Where: `body`, `query`, `path` or `header`, then the field's name (or a position).
+    #[schema(value_type = Vec<LocItem>)]
     pub loc: Vec<Value>,
     pub msg: String,
     #[serde(rename = "type")]
     pub kind: String,
+    /// The value that was sent.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
     pub input: Option<Value>,
+    /// The rule's parameters (`min_length`, `le`…).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub ctx: Option<Value>,
+}
+
+/// A step of a validation error's location: a name or a position.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum LocItem {
+    Name(String),
+    Index(i64),
 }
 
 impl FieldError {

@@ -14,7 +14,7 @@ use super::validate::Fields;
 pub const PLATFORMS: [&str; 3] = ["macos", "linux", "windows"];
 
 /// The answer of auto-register.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MachineAccount {
     pub user_id: String,
     pub api_key: String,
@@ -116,7 +116,7 @@ pub async fn auto_register(
 }
 
 /// Machine stats.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MachineStats {
     pub total_memories: i64,
     pub total_projects: i64,

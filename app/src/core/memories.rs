@@ -10,7 +10,7 @@ use super::group::GroupCommit;
 use super::projects;
 use super::state::{AppState, CHECK_IDLE_AFTER, CONNECT_TIMEOUT};
 use super::time::iso;
-use super::validate::Fields;
+use super::validate::{Fields, FromFields};
 use crate::types::MemoryView;
 
 /// The apalis queue of memory ingestion jobs.
@@ -25,50 +25,127 @@ pub struct IngestJob {
     pub task_id: Uuid,
 }
 
-/// A validated memory to store.
-#[derive(Debug, Clone)]
+/// A memory to store: the body of `POST /api/v1/memories`, checked by its [`FromFields`] rules.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateMemoryRequest, example = json!({
+    "content": "Ana prefers window seats on long flights",
+    "project_id": "default",
+    "metadata": {"source": "chat"},
+    "agent_id": "travel-agent"
+}))]
 pub struct NewMemory {
+    /// The text, 1 to 32,768 characters after trimming.
+    #[schema(min_length = 1, max_length = 32768)]
     pub content: String,
+    /// A project's id or name; `default` when omitted.
+    #[serde(rename = "project_id", default = "default_project")]
+    #[schema(max_length = 256, default = "default")]
     pub project: String,
-    /// `None` when absent (stored as `{}`), `Some(Null)` when sent as null.
+    /// A JSON object of at most 16 KiB serialised, or null. `None` when absent (stored as `{}`),
+    /// `Some(Null)` when sent as null.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
+    #[schema(max_length = 128)]
     pub agent_id: Option<String>,
 }
 
-/// Reads and checks a memory body (the contract's limits).
-pub fn read_new(fields: &mut Fields) -> NewMemory {
-    let content = fields.required_str("content", 1, 32_768);
-    let project = fields
-        .optional_str("project_id", 256)
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| projects::DEFAULT.into());
-    let metadata = fields.metadata("metadata", 16 * 1024);
-    let agent_id = fields.optional_str("agent_id", 128);
-    NewMemory {
-        content,
-        project,
-        metadata,
-        agent_id,
+fn default_project() -> String {
+    projects::DEFAULT.into()
+}
+
+impl FromFields for NewMemory {
+    fn from_fields(fields: &mut Fields) -> Self {
+        let content = fields.required_str("content", 1, 32_768);
+        let project = fields
+            .optional_str("project_id", 256)
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(default_project);
+        let metadata = fields.metadata("metadata", 16 * 1024);
+        let agent_id = fields.optional_str("agent_id", 128);
+        NewMemory {
+            content,
+            project,
+            metadata,
+            agent_id,
+        }
     }
 }
 
 /// Resolves the project, then has the writer store the `pending` task and its queue job; answers
 /// once they are committed: an answered task id is never lost.
 pub async fn enqueue(state: &AppState, user_id: i64, new: &NewMemory) -> AppResult<Uuid> {
-    // Every account has its default project (it cannot be deleted): no lookup for it. Were it
-    // missing, the write's foreign key would answer 404 as the lookup does.
-    let project_id = if new.project == projects::DEFAULT {
-        projects::DEFAULT.to_string()
-    } else {
-        projects::resolve(&state.pool, user_id, &new.project).await?
-    };
-    state.writer.submit(user_id, project_id, new.clone()).await
+    let project_id = resolve_project(state, user_id, &new.project).await?;
+    state
+        .writer
+        .submit(Pending {
+            user_id,
+            project_id,
+            memories: vec![new.clone()],
+            batch: false,
+        })
+        .await
 }
 
+/// Most memories in one batch (MemoryX's clients send up to 200).
+pub const MAX_BATCH: usize = 200;
+
+/// Queues several memories of one project as one batch: a task per memory, all written in one
+/// statement with the batch's own row, whose id is answered. The batch's task completes when
+/// all its memories are stored ([`super::tasks::get`]).
+pub async fn enqueue_batch(
+    state: &AppState,
+    user_id: i64,
+    project: &str,
+    memories: Vec<NewMemory>,
+) -> AppResult<Uuid> {
+    let project_id = resolve_project(state, user_id, project).await?;
+    state
+        .writer
+        .submit(Pending {
+            user_id,
+            project_id,
+            memories,
+            batch: true,
+        })
+        .await
+}
+
+async fn resolve_project(state: &AppState, user_id: i64, project: &str) -> AppResult<String> {
+    // Every account has its default project (it cannot be deleted): no lookup for it. Were it
+    // missing, the write's foreign key would answer 404 as the lookup does.
+    if project == projects::DEFAULT {
+        Ok(projects::DEFAULT.to_string())
+    } else {
+        projects::resolve(&state.pool, user_id, project).await
+    }
+}
+
+/// One request's memories: one, or a batch (then answered with the batch's id).
 struct Pending {
     user_id: i64,
     project_id: String,
-    new: NewMemory,
+    memories: Vec<NewMemory>,
+    batch: bool,
+}
+
+/// The ids a request's rows get: one task id per memory, and the batch's id.
+struct Ids {
+    tasks: Vec<Uuid>,
+    batch: Option<Uuid>,
+}
+
+impl Ids {
+    fn new(p: &Pending) -> Self {
+        Self {
+            tasks: p.memories.iter().map(|_| Uuid::new_v4()).collect(),
+            batch: p.batch.then(Uuid::new_v4),
+        }
+    }
+    /// What the request is answered: the batch's id, or its one task's.
+    fn answer(&self) -> Uuid {
+        self.batch.unwrap_or(self.tasks[0])
+    }
 }
 
 /// Group commit for new memories ([`super::group`]): concurrent requests are written together,
@@ -111,16 +188,17 @@ impl EnqueueWriter {
                     foreground.pressed();
                 }
                 let mut conn = conn.lock().await;
-                let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::new_v4()).collect();
+                let ids: Vec<Ids> = batch.iter().map(Ids::new).collect();
                 match conn.write(&batch, &ids).await {
-                    Ok(()) => ids.into_iter().map(Ok).collect(),
-                    // One bad row (a project deleted meanwhile) must not fail the others: write
-                    // them one by one.
+                    Ok(()) => ids.iter().map(|i| Ok(i.answer())).collect(),
+                    // One bad request (a project deleted meanwhile) must not fail the others:
+                    // write them one by one.
                     Err(_) if batch.len() > 1 => {
                         let mut results = Vec::with_capacity(batch.len());
                         for (p, id) in batch.iter().zip(ids) {
-                            results
-                                .push(conn.write(std::slice::from_ref(p), &[id]).await.map(|_| id));
+                            let written =
+                                conn.write(std::slice::from_ref(p), std::slice::from_ref(&id));
+                            results.push(written.await.map(|_| id.answer()));
                         }
                         results
                     }
@@ -141,13 +219,9 @@ impl EnqueueWriter {
         std::sync::Arc::new(Self { group })
     }
 
-    async fn submit(&self, user_id: i64, project_id: String, new: NewMemory) -> AppResult<Uuid> {
+    async fn submit(&self, pending: Pending) -> AppResult<Uuid> {
         self.group
-            .submit(Pending {
-                user_id,
-                project_id,
-                new,
-            })
+            .submit(pending)
             .await
             .ok_or_else(|| anyhow::anyhow!("the memory writer stopped"))?
     }
@@ -175,7 +249,7 @@ impl OwnConnection {
         }
     }
 
-    async fn write(&mut self, batch: &[Pending], ids: &[Uuid]) -> AppResult<()> {
+    async fn write(&mut self, batch: &[Pending], ids: &[Ids]) -> AppResult<()> {
         use sqlx::Connection;
         if let Some((conn, used)) = &mut self.conn {
             if used.elapsed() > CHECK_IDLE_AFTER && conn.ping().await.is_err() {
@@ -212,27 +286,43 @@ impl OwnConnection {
 /// and were most of a write's latency). The jobs are the rows apalis's `push_tasks` writes (its
 /// `sink.sql`, apalis-postgres 1.0): a ULID id, the JSON-encoded job, `Pending`, priority 0, no
 /// metadata, run now; the worker tests fail if the two ever disagree.
-async fn write_batch(db: impl PgExecutor<'_>, batch: &[Pending], ids: &[Uuid]) -> AppResult<()> {
-    let users: Vec<i64> = batch.iter().map(|p| p.user_id).collect();
-    let projects: Vec<&str> = batch.iter().map(|p| p.project_id.as_str()).collect();
-    let contents: Vec<&str> = batch.iter().map(|p| p.new.content.as_str()).collect();
-    let metadata: Vec<sqlx::types::Json<Value>> = batch
-        .iter()
-        .map(|p| {
+async fn write_batch(db: impl PgExecutor<'_>, batch: &[Pending], ids: &[Ids]) -> AppResult<()> {
+    let rows = || {
+        batch.iter().zip(ids).flat_map(|(p, i)| {
+            p.memories
+                .iter()
+                .zip(&i.tasks)
+                .map(move |(m, t)| (p, i, m, *t))
+        })
+    };
+    let task_ids: Vec<Uuid> = rows().map(|(_, _, _, t)| t).collect();
+    let users: Vec<i64> = rows().map(|(p, ..)| p.user_id).collect();
+    let projects: Vec<&str> = rows().map(|(p, ..)| p.project_id.as_str()).collect();
+    let contents: Vec<&str> = rows().map(|(_, _, m, _)| m.content.as_str()).collect();
+    let metadata: Vec<sqlx::types::Json<Value>> = rows()
+        .map(|(_, _, m, _)| {
             sqlx::types::Json(
-                p.new
-                    .metadata
+                m.metadata
                     .clone()
                     .unwrap_or_else(|| Value::Object(Default::default())),
             )
         })
         .collect();
-    let agents: Vec<Option<String>> = batch.iter().map(|p| p.new.agent_id.clone()).collect();
-    let job_ids: Vec<String> = ids
+    let agents: Vec<Option<&str>> = rows().map(|(_, _, m, _)| m.agent_id.as_deref()).collect();
+    let batch_of: Vec<Option<Uuid>> = rows().map(|(_, i, _, _)| i.batch).collect();
+    let batches: Vec<(Uuid, i64, i32)> = batch
+        .iter()
+        .zip(ids)
+        .filter_map(|(p, i)| Some((i.batch?, p.user_id, p.memories.len() as i32)))
+        .collect();
+    let batch_ids: Vec<Uuid> = batches.iter().map(|b| b.0).collect();
+    let batch_users: Vec<i64> = batches.iter().map(|b| b.1).collect();
+    let batch_totals: Vec<i32> = batches.iter().map(|b| b.2).collect();
+    let job_ids: Vec<String> = task_ids
         .iter()
         .map(|_| ulid::Ulid::generate().to_string())
         .collect();
-    let jobs = ids
+    let jobs = task_ids
         .iter()
         .map(|&task_id| serde_json::to_vec(&IngestJob { task_id }))
         .collect::<Result<Vec<_>, _>>()
@@ -240,15 +330,18 @@ async fn write_batch(db: impl PgExecutor<'_>, batch: &[Pending], ids: &[Uuid]) -
     // A data-modifying CTE always runs to completion, and the statement is atomic: both inserts
     // land or neither does.
     let written = sqlx::query(
-        "with new_tasks as (
-             insert into tasks (id, user_id, project_id, content, metadata, agent_id)
-             select * from unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::text[])
+        "with new_batches as (
+             insert into task_batches (id, user_id, total)
+             select * from unnest($11::uuid[], $12::bigint[], $13::int[])
+         ), new_tasks as (
+             insert into tasks (id, user_id, project_id, content, metadata, agent_id, batch_id)
+             select * from unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[], $6::text[], $14::uuid[])
          )
          insert into apalis.jobs (id, job_type, job, status, attempts, max_attempts, run_at, priority, metadata, idempotency_key)
          select j.id, $7, j.job, 'Pending', 0, $8, now(), 0, ''::hstore, null
          from unnest($9::text[], $10::bytea[]) as j(id, job)",
     )
-    .bind(ids)
+    .bind(&task_ids)
     .bind(&users)
     .bind(&projects)
     .bind(&contents)
@@ -258,6 +351,10 @@ async fn write_batch(db: impl PgExecutor<'_>, batch: &[Pending], ids: &[Uuid]) -
     .bind(JOB_MAX_ATTEMPTS as i32)
     .bind(&job_ids)
     .bind(&jobs)
+    .bind(&batch_ids)
+    .bind(&batch_users)
+    .bind(&batch_totals)
+    .bind(&batch_of)
     .execute(db)
     .await;
     match written {
@@ -303,11 +400,25 @@ fn view(
         project_id,
         metadata: metadata.map(|j| j.0).unwrap_or(Value::Null),
         agent_id,
+        category: cognitive_sector.clone(),
         cognitive_sector,
         importance_score,
         created_at: iso(created_at),
         updated_at: iso(updated_at),
     }
+}
+
+/// Narrower lists (MemoryX's list filters): sectors, a time range, tags in `metadata.tags`.
+#[derive(Debug, Default, Clone)]
+pub struct ListFilter {
+    /// Any of these sectors; all when empty.
+    pub sectors: Vec<String>,
+    /// Created at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Created at or before.
+    pub to: Option<DateTime<Utc>>,
+    /// `metadata.tags` (an array of strings) holds any of these; all when empty.
+    pub tags: Vec<String>,
 }
 
 /// A page of the account's memories, newest first, and how many match in all.
@@ -318,25 +429,59 @@ pub async fn list(
     limit: i64,
     offset: i64,
 ) -> AppResult<(Vec<MemoryView>, i64)> {
+    list_filtered(
+        pool,
+        user_id,
+        project,
+        &ListFilter::default(),
+        limit,
+        offset,
+    )
+    .await
+}
+
+/// [`list`] with a [`ListFilter`].
+pub async fn list_filtered(
+    pool: &PgPool,
+    user_id: i64,
+    project: Option<&str>,
+    filter: &ListFilter,
+    limit: i64,
+    offset: i64,
+) -> AppResult<(Vec<MemoryView>, i64)> {
     let project_id = match project {
         Some(p) => Some(projects::resolve(pool, user_id, p).await?),
         None => None,
     };
+    const WHERE: &str = "where user_id = $1 and ($2::text is null or project_id = $2)
+        and (cardinality($3::text[]) = 0 or cognitive_sector = any($3))
+        and ($4::timestamptz is null or created_at >= $4)
+        and ($5::timestamptz is null or created_at <= $5)
+        and (cardinality($6::text[]) = 0 or (jsonb_typeof(metadata -> 'tags') = 'array' and metadata -> 'tags' ?| $6))";
     let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {COLUMNS} from memories where user_id = $1 and ($2::text is null or project_id = $2)
-         order by created_at desc, id desc limit $3 offset $4"
+        "select {COLUMNS} from memories {WHERE} order by created_at desc, id desc limit $7 offset $8"
     )))
     .bind(user_id)
     .bind(&project_id)
+    .bind(&filter.sectors)
+    .bind(filter.from)
+    .bind(filter.to)
+    .bind(&filter.tags)
     .bind(limit)
     .bind(offset)
     .fetch_all(pool)
     .await?;
-    let total: i64 = sqlx::query_scalar("select count(*) from memories where user_id = $1 and ($2::text is null or project_id = $2)")
-        .bind(user_id)
-        .bind(&project_id)
-        .fetch_one(pool)
-        .await?;
+    let total: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "select count(*) from memories {WHERE}"
+    )))
+    .bind(user_id)
+    .bind(&project_id)
+    .bind(&filter.sectors)
+    .bind(filter.from)
+    .bind(filter.to)
+    .bind(&filter.tags)
+    .fetch_one(pool)
+    .await?;
     Ok((rows.into_iter().map(view).collect(), total))
 }
 

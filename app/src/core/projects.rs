@@ -119,11 +119,24 @@ pub async fn delete(
     Ok((id, memories))
 }
 
-/// Reads and checks a new project's fields.
-pub fn read_new(fields: &mut super::validate::Fields) -> (String, Option<String>) {
-    let name = fields.required_str("name", 1, 64);
-    let description = fields
-        .optional_str("description", 1000)
-        .filter(|d| !d.is_empty());
-    (name, description)
+/// A project to create: the body of `POST /api/v1/projects`.
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateProjectRequest, example = json!({"name": "travel", "description": "Trips and bookings"}))]
+pub struct NewProject {
+    /// 1 to 64 characters after trimming, unique in the account (lowercase letters, digits and
+    /// hyphens are recommended).
+    #[schema(min_length = 1, max_length = 64)]
+    pub name: String,
+    #[schema(max_length = 1000)]
+    pub description: Option<String>,
+}
+
+impl super::validate::FromFields for NewProject {
+    fn from_fields(fields: &mut super::validate::Fields) -> Self {
+        let name = fields.required_str("name", 1, 64);
+        let description = fields
+            .optional_str("description", 1000)
+            .filter(|d| !d.is_empty());
+        NewProject { name, description }
+    }
 }

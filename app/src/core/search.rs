@@ -252,6 +252,7 @@ async fn hits(pool: &PgPool, user_id: i64, ranked: &[(Uuid, f32)]) -> AppResult<
                 id: id.to_string(),
                 content,
                 score: *score,
+                category: sector.clone(),
                 cognitive_sector: sector,
                 importance_score: importance,
                 project_id,

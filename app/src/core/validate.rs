@@ -4,6 +4,19 @@ use serde_json::{json, Map, Value};
 
 use super::error::{AppError, FieldError};
 
+/// A request type read from [`Fields`]: every rule of the contract is checked while reading, and
+/// every error is collected, so a request answers all its problems at once in FastAPI's shape.
+/// The API's extractors, the MCP tools and the portal read requests this way.
+pub trait FromFields: Sized {
+    fn from_fields(fields: &mut Fields) -> Self;
+
+    /// Reads `fields` to the end: the request, or every error found.
+    fn read(mut fields: Fields) -> Result<Self, AppError> {
+        let value = Self::from_fields(&mut fields);
+        fields.finish().map(|()| value)
+    }
+}
+
 /// A JSON object body (or a query string turned into one) and the errors found while reading it.
 pub struct Fields {
     source: &'static str,
@@ -24,6 +37,11 @@ impl Fields {
                 return Err(AppError::validation(err));
             }
         };
+        Self::from_value(value)
+    }
+
+    /// A JSON value that must be an object (an MCP tool's arguments), read as a body.
+    pub fn from_value(value: Value) -> Result<Self, AppError> {
         match value {
             Value::Object(map) => Ok(Self {
                 source: "body",
@@ -282,6 +300,11 @@ impl Fields {
     pub fn error(&mut self, field: &str, kind: &str, msg: impl Into<String>, ctx: Option<Value>) {
         let input = self.map.get(field).cloned();
         self.push(field, kind, msg, input.as_ref(), ctx);
+    }
+
+    /// Adds an error found elsewhere (a list item's, read with fields of its own).
+    pub fn push_error(&mut self, error: FieldError) {
+        self.errors.push(error);
     }
 
     /// Ends reading: all errors at once, or nothing.

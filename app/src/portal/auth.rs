@@ -57,7 +57,7 @@ pub async fn sign_up(email: String, password: String) -> Result<FormOutcome, Ser
     match accounts::register(&state.pool, &email, &password).await {
         Ok(user) => {
             log_in(user.id).await?;
-            leptos_axum::redirect("/keys");
+            leptos_axum::redirect("/install");
             Ok(FormOutcome::message("Welcome to Engram"))
         }
         Err(e) => form_error(e, "email"),
@@ -126,6 +126,7 @@ pub fn Nav() -> impl IntoView {
                                 <A href="/projects">"Projects"</A>
                                 <A href="/search">"Search"</A>
                                 <A href="/keys">"API keys"</A>
+                                <A href="/install">"Connect"</A>
                                 <A href="/claim">"Machines"</A>
                                 {u.development.then(|| view! { <A href="/dev/mailbox">"Mailbox"</A> })}
                                 <span class="who" data-test-id="who">{u.email.clone()}</span>
@@ -136,6 +137,7 @@ pub fn Nav() -> impl IntoView {
                         }.into_any(),
                         _ => view! {
                             <nav>
+                                <A href="/install">"Connect"</A>
                                 <A href="/login">"Log in"</A>
                                 <A href="/signup">"Sign up"</A>
                             </nav>

@@ -3,10 +3,12 @@
 //! its pages and the server functions (under `/portal/fn`) that call the shared domain.
 //! - `auth`: sign-up, log-in, log-out, the current user;
 //! - `keys`: API keys;
+//! - `install`: the install guide (snippets with the user's own key);
 //! - `projects`: projects, a project's memories, adding a memory, search;
 //! - `claims`: the claim page, claimed machines, the development mailbox.
 pub mod auth;
 pub mod claims;
+pub mod install;
 pub mod keys;
 pub mod projects;
 
@@ -48,6 +50,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("signup") view=auth::SignupPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("keys") view=keys::KeysPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("install") view=install::InstallPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("projects"), ParamSegment("id")) view=projects::ProjectPage ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("memories"), ParamSegment("id")) view=projects::MemoryPage ssr=SsrMode::Async/>
@@ -72,7 +75,7 @@ fn Landing() -> impl IntoView {
                 <li>"Search them: "<code>"POST /api/v1/memories/search"</code>", hybrid vector and keyword ranking."</li>
                 <li>"Agents can register themselves by machine fingerprint; claim their memories into your account later."</li>
             </ol>
-            <p><A href="/signup" attr:class="button">"Get started"</A>" "<A href="/login">"Log in"</A></p>
+            <p><A href="/signup" attr:class="button">"Get started"</A>" "<A href="/login">"Log in"</A>" "<A href="/install">"Connect a client"</A></p>
         </section>
     }
 }

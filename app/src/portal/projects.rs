@@ -26,16 +26,17 @@ pub async fn create_project(
     description: String,
 ) -> Result<FormOutcome, ServerFnError> {
     use super::session::{form_error, require_user, state};
-    use crate::core::{projects, validate::Fields};
+    use crate::core::projects;
+    use crate::core::validate::{Fields, FromFields};
     let user = require_user().await?;
     let body = serde_json::json!({"name": name, "description": description}).to_string();
-    let mut fields = Fields::from_json_body(body.as_bytes())
+    let fields = Fields::from_json_body(body.as_bytes())
         .map_err(|e| ServerFnError::new(e.user_message()))?;
-    let (name, description) = projects::read_new(&mut fields);
-    if let Err(e) = fields.finish() {
-        return form_error(e, "name");
-    }
-    match projects::create(&state()?.pool, user, &name, description.as_deref()).await {
+    let new = match projects::NewProject::read(fields) {
+        Ok(new) => new,
+        Err(e) => return form_error(e, "name"),
+    };
+    match projects::create(&state()?.pool, user, &new.name, new.description.as_deref()).await {
         Ok(p) => Ok(FormOutcome::message(format!("Project {} created", p.name))),
         Err(e) => form_error(e, "name"),
     }
@@ -77,15 +78,16 @@ pub async fn load_project_page(
 #[server(prefix = "/portal/fn")]
 pub async fn add_memory(project: String, content: String) -> Result<FormOutcome, ServerFnError> {
     use super::session::{form_error, require_user, state};
-    use crate::core::{memories, validate::Fields};
+    use crate::core::memories;
+    use crate::core::validate::{Fields, FromFields};
     let user = require_user().await?;
     let body = serde_json::json!({"content": content, "project_id": project}).to_string();
-    let mut fields = Fields::from_json_body(body.as_bytes())
+    let fields = Fields::from_json_body(body.as_bytes())
         .map_err(|e| ServerFnError::new(e.user_message()))?;
-    let new = memories::read_new(&mut fields);
-    if let Err(e) = fields.finish() {
-        return form_error(e, "content");
-    }
+    let new = match memories::NewMemory::read(fields) {
+        Ok(new) => new,
+        Err(e) => return form_error(e, "content"),
+    };
     match memories::enqueue(&state()?, user, &new).await {
         Ok(task) => Ok(FormOutcome {
             task_id: Some(task.to_string()),

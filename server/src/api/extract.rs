@@ -8,7 +8,7 @@ use bytes::Bytes;
 use app::core::error::{AppError, FieldError};
 use app::core::keys::KeyOwner;
 use app::core::state::AppState;
-use app::core::validate::Fields;
+use app::core::validate::{Fields, FromFields};
 
 /// A JSON object body; anything else is 422 (413 over the body limit).
 pub struct JsonFields(pub Fields);
@@ -67,6 +67,27 @@ impl FromRequest<AppState> for FormFields {
     }
 }
 
+/// A typed JSON body: read by its [`FromFields`] rules, every problem a 422 in FastAPI's shape.
+pub struct Body<T>(pub T);
+
+impl<T: FromFields> FromRequest<AppState> for Body<T> {
+    type Rejection = AppError;
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, AppError> {
+        let JsonFields(fields) = JsonFields::from_request(req, state).await?;
+        T::read(fields).map(Body)
+    }
+}
+
+/// A typed query string, read by its [`FromFields`] rules.
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: FromFields> FromRequestParts<S> for Query<T> {
+    type Rejection = AppError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, AppError> {
+        T::read(Fields::from_query(parts.uri.query())).map(Query)
+    }
+}
+
 /// The query string, read field by field.
 pub struct QueryFields(pub Fields);
 
@@ -90,21 +111,26 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
         };
         let secret = value
             .to_str()
-            .map_err(|_| AppError::Unauthorized("Invalid API key".into()))?
-            .trim();
-        let owner = state
-            .keys
-            .authenticate(&state.pool, secret)
-            .await?
-            .ok_or_else(|| AppError::Unauthorized("Invalid API key".into()))?;
-        state.limiter.hit(
-            &format!("api:{}", owner.key_id),
-            state.settings.limits.api_per_minute,
-            std::time::Duration::from_secs(60),
-        )?;
-        state.usage.record(owner.key_id);
-        Ok(ApiKeyAuth(owner))
+            .map_err(|_| AppError::Unauthorized("Invalid API key".into()))?;
+        authenticate_key(state, secret.trim()).await.map(ApiKeyAuth)
     }
+}
+
+/// The owner of a presented API key (401 when it is unknown or revoked), rate-limited and
+/// counted: the API's `X-API-Key` routes and the MCP endpoint check keys here.
+pub async fn authenticate_key(state: &AppState, secret: &str) -> Result<KeyOwner, AppError> {
+    let owner = state
+        .keys
+        .authenticate(&state.pool, secret)
+        .await?
+        .ok_or_else(|| AppError::Unauthorized("Invalid API key".into()))?;
+    state.limiter.hit(
+        &format!("api:{}", owner.key_id),
+        state.settings.limits.api_per_minute,
+        std::time::Duration::from_secs(60),
+    )?;
+    state.usage.record(owner.key_id);
+    Ok(owner)
 }
 
 /// A valid bearer token of an existing user.
