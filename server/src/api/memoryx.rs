@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::agents::{register_machine, AutoRegisterRequest};
 use super::doc::ErrorBody;
 use super::extract::{ApiKeyAuth, Body, Query};
-use super::memories::{list_page, MemoryPage, Queued};
+use super::memories::{list_page, MemoryPage};
 use app::core::error::{AppError, AppResult, FieldError};
 use app::core::memories::{self, ListFilter, NewMemory, MAX_BATCH};
 use app::core::state::AppState;
@@ -226,14 +226,11 @@ pub async fn create_batch(
     let project = req.project_id.as_deref().unwrap_or(projects::DEFAULT);
     let count = req.memories.len();
     let id = memories::enqueue_batch(&state, owner.user_id, project, req.memories).await?;
-    let Json(Queued {
-        task_id, status, ..
-    }) = Queued::new(id, "");
     Ok(Json(BatchQueued {
         success: true,
         message: format!("{count} memories queued for processing"),
-        task_id,
-        status,
+        task_id: id.to_string(),
+        status: "pending".into(),
         queued_count: count,
     }))
 }
