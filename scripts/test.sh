@@ -31,7 +31,7 @@ psql "$admin_url" -qc "drop database if exists $db with (force)" -c "create data
 log=$CARGO_TARGET_DIR/e2e-server.log
 DATABASE_URL=postgres://engram:engram@127.0.0.1:5432/$db ENGRAM_BIND=127.0.0.1:$port \
   ENGRAM_SITE_ROOT=$CARGO_TARGET_DIR/site ENGRAM_RATE_REGISTER_PER_HOUR=1000 \
-  ENGRAM_RATE_AUTO_REGISTER_PER_HOUR=1000 ENGRAM_LOG=info \
+  ENGRAM_RATE_AUTO_REGISTER_PER_HOUR=1000 ENGRAM_RATE_MODELS_PER_MIN=10000 ENGRAM_LOG=info \
   "$CARGO_TARGET_DIR/debug/engram" serve >"$log" 2>&1 &
 server_pid=$!
 trap 'kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true' EXIT

@@ -125,3 +125,36 @@ pub struct PendingClaim {
     pub memories: i64,
     pub expires_at: String,
 }
+
+/// A model of the public catalogue: limits, prices (USD per million tokens, exact from the
+/// source) and capabilities.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "ssr", schema(example = json!({
+    "id": "gpt-4o", "provider": "openai", "mode": "chat", "family": "gpt",
+    "context_window": 128000, "max_output_tokens": 16384,
+    "input_price_per_mtok": 2.5, "output_price_per_mtok": 10.0,
+    "capabilities": ["tools", "vision", "json", "caching"],
+    "deprecation_date": null
+})))]
+pub struct ModelView {
+    /// The catalogue's id (litellm's name for the model, with its route prefix if any).
+    pub id: String,
+    pub provider: String,
+    /// `chat`, `embedding`, `completion`, `image_generation`, `audio_transcription`, …
+    pub mode: String,
+    /// The model family (`gpt`, `claude`, `llama`, …) when recognised.
+    pub family: Option<String>,
+    /// Input tokens the model takes.
+    pub context_window: Option<i64>,
+    pub max_output_tokens: Option<i64>,
+    /// USD per million input tokens.
+    pub input_price_per_mtok: Option<f64>,
+    /// USD per million output tokens.
+    pub output_price_per_mtok: Option<f64>,
+    /// Of `tools`, `parallel_tools`, `vision`, `json`, `caching`, `reasoning`, `audio_input`,
+    /// `audio_output`, `pdf`, `web_search`.
+    pub capabilities: Vec<String>,
+    /// `YYYY-MM-DD` when the provider retires it.
+    pub deprecation_date: Option<String>,
+}

@@ -5,7 +5,8 @@
 //! - `bench ingest`: POST → completed throughput, acknowledgement and idle latencies, against the
 //!   embedder's own batched rate;
 //! - `bench locomo --data FILE`: turn-level retrieval recall on LoCoMo;
-//! - `bench search`: search latency over HTTP at 10,000 and 100,000 memories in one account.
+//! - `bench search`: search latency over HTTP at 10,000 and 100,000 memories in one account;
+//! - `bench models`: public model-catalogue search latency over HTTP (the real litellm list).
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -60,6 +61,12 @@ pub enum Bench {
         #[arg(long)]
         sweep: bool,
     },
+    /// Model-catalogue search latency over HTTP: mixed queries, filters, sorts and pages.
+    Models {
+        /// Searches measured.
+        #[arg(long, default_value_t = 1000)]
+        queries: usize,
+    },
     /// Search latency over HTTP at several account sizes.
     Search {
         #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
@@ -104,7 +111,100 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             queries,
             data,
         } => search_latency(config, &sizes, queries, &data).await,
+        Bench::Models { queries } => model_search(config, queries).await,
     }
+}
+
+/// The mix of catalogue searches a person or an agent sends: names, typos, families with sizes,
+/// the filters alone and together, each sort, later pages.
+const MODEL_QUERIES: [&str; 24] = [
+    "q=claude+sonnet",
+    "q=gpt-4o",
+    "q=llama+70b",
+    "q=cluade+sonet",
+    "q=gemini+flash",
+    "q=gpt4o+mini",
+    "q=mistral+large&sort=price",
+    "q=deepseek",
+    "q=qwen+coder&limit=50",
+    "q=embedding+small&mode=embedding",
+    "q=whisper",
+    "q=antrhopic+haiku",
+    "provider=anthropic",
+    "provider=openai&mode=chat&sort=price",
+    "mode=embedding&sort=price&limit=100",
+    "min_context=200000&capability=tools&max_input_price=1&mode=chat",
+    "capability=tools&capability=vision&sort=context",
+    "capability=caching,reasoning&sort=price",
+    "max_input_price=0.5&max_output_price=1&mode=chat",
+    "sort=context&limit=100",
+    "q=gpt&offset=40",
+    "q=claude&provider=bedrock&sort=price",
+    "min_context=1000000",
+    "",
+];
+
+async fn model_search(config: Config, queries: usize) -> anyhow::Result<()> {
+    let h = harness(&config, false).await?;
+    let bytes = std::fs::read(&config.model_catalog).map_err(|e| {
+        anyhow::anyhow!("{}: {e} (run `make setup`)", config.model_catalog.display())
+    })?;
+    let started = Instant::now();
+    let report = app::core::models::import(&h.state.pool, &bytes)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "import: {} in {:.2} s",
+        crate::describe_import(&config.model_catalog, &report),
+        started.elapsed().as_secs_f64()
+    );
+    // Warm: the first search loads the catalogue into the process.
+    for q in MODEL_QUERIES {
+        h.http
+            .get(format!("{}/api/v1/models/search?{q}", h.base))
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    let mut rng = StdRng::seed_from_u64(19);
+    let mut http_ms = Vec::with_capacity(queries);
+    let mut local_ms = Vec::with_capacity(queries);
+    let catalog = h.state.models.get(&h.state.pool).await?;
+    for _ in 0..queries {
+        let q = MODEL_QUERIES[rng.random_range(0..MODEL_QUERIES.len())];
+        let t = Instant::now();
+        let r = h
+            .http
+            .get(format!("{}/api/v1/models/search?{q}", h.base))
+            .send()
+            .await?;
+        let status = r.status();
+        let _ = r.bytes().await?;
+        http_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(status.is_success(), "{q}: {status}");
+        let query = <app::core::models::ModelQuery as app::core::validate::FromFields>::read(
+            app::core::validate::Fields::from_query(Some(q)),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let t = Instant::now();
+        std::hint::black_box(app::core::models::search(&catalog, &query).total);
+        local_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (http_ms, local_ms) = (sorted(http_ms), sorted(local_ms));
+    println!(
+        "{queries} mixed catalogue searches over {} models, one client, HTTP: p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        catalog.len(),
+        percentile(&http_ms, 50.0),
+        percentile(&http_ms, 95.0),
+        percentile(&http_ms, 99.0),
+        http_ms.last().copied().unwrap_or(f64::NAN)
+    );
+    println!(
+        "  of which the search itself (in process): p50 {:.3} ms, p95 {:.3} ms",
+        percentile(&local_ms, 50.0),
+        percentile(&local_ms, 95.0)
+    );
+    Ok(())
 }
 
 /// A running server on a fresh bench database.
@@ -140,6 +240,7 @@ async fn harness_on(config: &Config, with_worker: bool, fresh: bool) -> anyhow::
     let mut settings = config.settings.clone();
     settings.limits.api_per_minute = u32::MAX;
     settings.limits.register_per_hour = u32::MAX;
+    settings.limits.models_per_minute = u32::MAX;
     let state = crate::build_state(
         pool.clone(),
         settings,

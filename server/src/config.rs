@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use app::core::state::{LimitSettings, LlmSettings, Settings};
+use app::core::state::{ClaimLimits, LimitSettings, LlmSettings, Settings};
 
 /// Everything the process reads from its environment.
 #[derive(Debug, Clone)]
@@ -14,6 +14,8 @@ pub struct Config {
     pub bind: SocketAddr,
     /// `ENGRAM_MODEL_DIR`: the all-MiniLM-L6-v2 files.
     pub model_dir: PathBuf,
+    /// `ENGRAM_MODEL_CATALOG`: litellm's price list, imported when the catalogue is empty.
+    pub model_catalog: PathBuf,
     /// `ENGRAM_SITE_ROOT`: the built portal assets (`pkg/`, CSS).
     pub site_root: PathBuf,
     /// `ENGRAM_WORKER_CONCURRENCY`: jobs one worker process runs at once.
@@ -81,6 +83,28 @@ impl Config {
                 register_per_hour: parse("ENGRAM_RATE_REGISTER_PER_HOUR", 30)?,
                 auto_register_per_hour: parse("ENGRAM_RATE_AUTO_REGISTER_PER_HOUR", 30)?,
                 api_per_minute: parse("ENGRAM_RATE_API_PER_MIN", 600)?,
+                models_per_minute: parse("ENGRAM_RATE_MODELS_PER_MIN", 300)?,
+                claims: {
+                    let d = ClaimLimits::default();
+                    ClaimLimits {
+                        init_per_machine_per_hour: parse(
+                            "ENGRAM_CLAIM_INIT_PER_MACHINE_PER_HOUR",
+                            d.init_per_machine_per_hour,
+                        )?,
+                        init_per_email_per_hour: parse(
+                            "ENGRAM_CLAIM_INIT_PER_EMAIL_PER_HOUR",
+                            d.init_per_email_per_hour,
+                        )?,
+                        wrong_per_machine_per_day: parse(
+                            "ENGRAM_CLAIM_WRONG_PER_MACHINE_PER_DAY",
+                            d.wrong_per_machine_per_day,
+                        )?,
+                        wrong_per_email_per_day: parse(
+                            "ENGRAM_CLAIM_WRONG_PER_EMAIL_PER_DAY",
+                            d.wrong_per_email_per_day,
+                        )?,
+                    }
+                },
             },
             smtp_url: var("ENGRAM_SMTP_URL"),
             mail_from: var("ENGRAM_MAIL_FROM")
@@ -100,6 +124,9 @@ impl Config {
             model_dir: var("ENGRAM_MODEL_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| "models/all-MiniLM-L6-v2".into()),
+            model_catalog: var("ENGRAM_MODEL_CATALOG")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| crate::DEFAULT_MODEL_CATALOG.into()),
             site_root: var("ENGRAM_SITE_ROOT")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| "target/site".into()),

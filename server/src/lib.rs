@@ -115,6 +115,7 @@ pub fn build_state(
         settings: Arc::new(settings),
         limiter: Default::default(),
         usage: Default::default(),
+        models: Default::default(),
         embedder,
         leptos_options: portal::leptos_options(site_root),
         http: reqwest::Client::builder()
@@ -133,6 +134,55 @@ pub fn ingest_context(state: &AppState, options: IngestOptions) -> Arc<IngestCon
         state.settings.llm.clone(),
         options,
     )
+}
+
+/// Where setup puts litellm's price list.
+pub const DEFAULT_MODEL_CATALOG: &str = "models/litellm/model_prices_and_context_window.json";
+
+/// One line saying what a catalogue import did.
+pub fn describe_import(file: &std::path::Path, r: &app::core::models::ImportReport) -> String {
+    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+    for s in &r.skipped {
+        *reasons.entry(s.reason).or_default() += 1;
+    }
+    let reasons: Vec<String> = reasons
+        .iter()
+        .map(|(why, n)| format!("{n} {why}"))
+        .collect();
+    format!(
+        "{}: {} models ({} new, {} updated, {} unchanged), {} removed; skipped {}: {}",
+        file.display(),
+        r.inserted + r.updated + r.unchanged,
+        r.inserted,
+        r.updated,
+        r.unchanged,
+        r.removed,
+        r.skipped.len(),
+        reasons.join("; ")
+    )
+}
+
+/// Imports the price list into an empty catalogue (a new install), so the model search works
+/// from the first start. A missing file is only logged: the rest of the service runs without it.
+pub async fn seed_model_catalog(pool: &PgPool, file: &std::path::Path) {
+    let empty: Result<bool, sqlx::Error> =
+        sqlx::query_scalar("select not exists (select 1 from models)")
+            .fetch_one(pool)
+            .await;
+    if !matches!(empty, Ok(true)) {
+        return;
+    }
+    match std::fs::read(file) {
+        Ok(bytes) => match app::core::models::import(pool, &bytes).await {
+            Ok(report) => tracing::info!("model catalogue: {}", describe_import(file, &report)),
+            Err(e) => tracing::warn!(error = %e, "the model catalogue could not be imported"),
+        },
+        Err(e) => tracing::warn!(
+            file = %file.display(),
+            error = %e,
+            "no model catalogue to import: run `make setup`, then `engram models import`"
+        ),
+    }
 }
 
 /// The whole HTTP application: API and portal on one router.

@@ -32,10 +32,26 @@ enum Command {
         #[arg(long)]
         down: bool,
     },
+    /// The public model catalogue.
+    Models {
+        #[command(subcommand)]
+        which: ModelsCommand,
+    },
     /// Benchmarks: print measured figures.
     Bench {
         #[command(subcommand)]
         which: server::bench::Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Load litellm's price list (`model_prices_and_context_window_backup.json`) into the
+    /// catalogue: new entries added, changed ones updated in place, vanished ones removed.
+    Import {
+        /// The file; setup extracts it to models/litellm/ from the pinned litellm wheel.
+        #[arg(default_value = server::DEFAULT_MODEL_CATALOG)]
+        file: std::path::PathBuf,
     },
 }
 
@@ -71,6 +87,19 @@ fn main() -> anyhow::Result<()> {
                     server::migrate(&pool).await?;
                     println!("migrations applied");
                 }
+                Ok(())
+            }
+            Command::Models {
+                which: ModelsCommand::Import { file },
+            } => {
+                let pool = server::connect(&config.database_url).await?;
+                server::migrate(&pool).await?;
+                let bytes = std::fs::read(&file)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+                let report = app::core::models::import(&pool, &bytes)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                println!("{}", server::describe_import(&file, &report));
                 Ok(())
             }
             Command::Bench { which } => server::bench::run(config, which).await,
@@ -113,6 +142,7 @@ async fn start(config: &Config) -> anyhow::Result<(sqlx::PgPool, app::core::stat
 
 async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
     let (pool, state) = start(&config).await?;
+    server::seed_model_catalog(&pool, &config.model_catalog).await;
     server::spawn_housekeeping(state.clone(), Duration::from_secs(5));
     if with_worker {
         let ctx = server::ingest_context(&state, ingest_options(&config));

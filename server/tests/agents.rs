@@ -398,6 +398,267 @@ async fn wrong_expired_and_replaced_codes_are_refused_and_the_fifth_wrong_voids_
     assert_validation(s, &b, &["body", "email"]);
 }
 
+/// One attempt of the attacker: `(status, retry-after)`.
+async fn attempt(app: &TestApp, path: &str, body: Value) -> (u16, Option<u64>, Value) {
+    let r = app
+        .http
+        .post(app.url(path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
+    let status = r.status().as_u16();
+    (status, retry, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn mails_to(app: &TestApp, address: &str) -> i64 {
+    sqlx::query_scalar("select count(*) from dev_mailbox where to_address = $1")
+        .bind(address)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_claim_code_cannot_be_brute_forced_from_one_machine_or_many() {
+    let app = spawn_app().await;
+    app.user("victim@example.com").await;
+    // The measured attack: re-init the claim again and again, four wrong guesses after each.
+    register_machine(&app, FP_A).await;
+    let (mut checked, mut refused_inits, mut guesses) = (0, 0, 0);
+    for round in 0..40 {
+        let (s, retry, b) = attempt(
+            &app,
+            "/api/v1/agents/claim/init",
+            json!({"machine_fingerprint": FP_A, "email": "victim@example.com"}),
+        )
+        .await;
+        match s {
+            200 => {}
+            429 => {
+                assert!(retry.unwrap() >= 1, "{b}");
+                refused_inits += 1;
+            }
+            other => panic!("init {round}: {other} {b}"),
+        }
+        for _ in 0..4 {
+            guesses += 1;
+            let (s, retry, b) = attempt(
+                &app,
+                "/api/v1/agents/claim/verify",
+                json!({"machine_fingerprint": FP_A, "verification_code": format!("{:06}", 100_000 + guesses)}),
+            )
+            .await;
+            match s {
+                // A code was compared (and was wrong): the only answers that spend a guess.
+                400 if b["detail"] == "Invalid or expired verification code" => checked += 1,
+                429 => assert!(retry.unwrap() >= 1, "{b}"),
+                other => panic!("verify: {other} {b}"),
+            }
+        }
+    }
+    let wrong_codes: i64 = sqlx::query_scalar(
+        "select count(*) from claim_attempts where kind = 'wrong_code' and machine_id = (select max(id) from users where is_machine)",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        wrong_codes, 10,
+        "wrong codes compared for the machine in a day"
+    );
+    // Two rounds of four, then the ninth; the tenth wrong code spent the day's budget.
+    assert_eq!(checked, 9, "guesses answered as merely wrong");
+    assert_eq!(
+        refused_inits, 37,
+        "no claim restarts for a machine out of guesses"
+    );
+    assert_eq!(mails_to(&app, "victim@example.com").await, 3);
+    // Once the day's wrong codes are spent, even the right code is not looked at.
+    sqlx::query("update claim_attempts set at = at - interval '2 hours' where kind = 'init'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let (s, retry, b) = attempt(
+        &app,
+        "/api/v1/agents/claim/init",
+        json!({"machine_fingerprint": FP_A, "email": "victim@example.com"}),
+    )
+    .await;
+    assert_eq!(
+        s, 429,
+        "no new code is mailed to a machine out of guesses: {b}"
+    );
+    assert!(
+        retry.unwrap() > 20 * 3600,
+        "the wait lasts until the day passes"
+    );
+
+    // Many machines against one address: the e-mail's limits hold across them.
+    let mut checked_all = 0;
+    for m in 0..12 {
+        let fp = format!("attacker-machine-{m:02}-0123456789");
+        register_machine(&app, &fp).await;
+        let (s, _, _) = attempt(
+            &app,
+            "/api/v1/agents/claim/init",
+            json!({"machine_fingerprint": fp, "email": "victim@example.com"}),
+        )
+        .await;
+        if s != 200 {
+            assert_eq!(s, 429);
+            continue;
+        }
+        for g in 0..5 {
+            let (s, _, b) = attempt(
+                &app,
+                "/api/v1/agents/claim/verify",
+                json!({"machine_fingerprint": fp, "verification_code": format!("{:06}", 200_000 + m * 10 + g)}),
+            )
+            .await;
+            if s == 400 {
+                checked_all += 1;
+            } else {
+                assert_eq!(s, 429, "{b}");
+            }
+        }
+    }
+    let wrong_to_victim: i64 = sqlx::query_scalar(
+        "select count(*) from claim_attempts where kind = 'wrong_code' and email = 'victim@example.com'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(wrong_to_victim, 20, "wrong codes per e-mail per day");
+    assert!(
+        checked_all + checked < 30,
+        "{} guesses in all",
+        checked_all + checked
+    );
+    assert!(mails_to(&app, "victim@example.com").await <= 20);
+    // Probing addresses spends the machine's init budget too.
+    register_machine(&app, FP_B).await;
+    for i in 0..5 {
+        let (s, _, _) = attempt(
+            &app,
+            "/api/v1/agents/claim/init",
+            json!({"machine_fingerprint": FP_B, "email": format!("nobody{i}@example.com")}),
+        )
+        .await;
+        assert_eq!(s, 404);
+    }
+    let (s, retry, b) = attempt(
+        &app,
+        "/api/v1/agents/claim/init",
+        json!({"machine_fingerprint": FP_B, "email": "nobody9@example.com"}),
+    )
+    .await;
+    assert_eq!(s, 429, "{b}");
+    assert!((3500..=3600).contains(&retry.unwrap()), "{retry:?}");
+
+    // The legitimate flow still works: another owner's machine, one try.
+    app.user("owner@example.com").await;
+    let fp = "owners-laptop-0123456789abcdef";
+    register_machine(&app, fp).await;
+    let code = claim_init(&app, fp, "owner@example.com").await.1["data"]["verification_code"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(claim_verify(&app, fp, &wrong(&code)).await.0, 400);
+    let (s, b) = claim_verify(&app, fp, &code).await;
+    assert_eq!(s, 200, "{b}");
+    // And the victim, logged in, can still confirm a claim on the portal's page: the per-e-mail
+    // budget limits guessing through the agents API only.
+    let fp = "victims-own-box-0123456789abcdef";
+    let machine_id: i64 = register_machine(&app, fp).await["user_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    sqlx::query("update claim_attempts set at = at - interval '2 hours' where kind = 'init'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let (s, _, b) = attempt(
+        &app,
+        "/api/v1/agents/claim/init",
+        json!({"machine_fingerprint": fp, "email": "victim@example.com"}),
+    )
+    .await;
+    assert_eq!(
+        s, 429,
+        "the e-mail's wrong codes are spent for the agents API: {b}"
+    );
+    let victim: i64 = sqlx::query_scalar("select id from users where email = 'victim@example.com'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    // A claim started before the attack spent the budget (as it stood then).
+    let code = "424242";
+    sqlx::query(
+        "insert into claims (machine_id, human_id, code_hash, expires_at) values ($1, $2, $3, now() + interval '10 minutes')",
+    )
+    .bind(machine_id)
+    .bind(victim)
+    .bind(app::core::crypto::sha256(&format!("{machine_id}:{code}")))
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(claim_verify(&app, fp, code).await.0, 429);
+    let merged = app::core::claims::verify(
+        &app.pool,
+        &app.state.settings.limits.claims,
+        &app.state.keys,
+        app::core::claims::ClaimRef::ForHuman {
+            machine_id,
+            human_id: victim,
+        },
+        code,
+    )
+    .await
+    .unwrap();
+    assert_eq!(merged, victim);
+}
+
+#[tokio::test]
+async fn an_address_is_mailed_no_more_claim_codes_than_its_hourly_limit() {
+    let mut settings = app::core::state::Settings::for_tests();
+    settings.limits.claims.init_per_email_per_hour = 3;
+    let app = spawn_with(Opts {
+        settings,
+        ..Opts::default()
+    })
+    .await;
+    app.user("popular@example.com").await;
+    let mut answers = vec![];
+    for m in 0..5 {
+        let fp = format!("many-machines-{m:02}-0123456789");
+        register_machine(&app, &fp).await;
+        let (s, retry, _) = attempt(
+            &app,
+            "/api/v1/agents/claim/init",
+            json!({"machine_fingerprint": fp, "email": "POPULAR@example.com"}),
+        )
+        .await;
+        answers.push((s, retry.is_some()));
+    }
+    assert_eq!(
+        answers,
+        [
+            (200, false),
+            (200, false),
+            (200, false),
+            (429, true),
+            (429, true)
+        ]
+    );
+    assert_eq!(mails_to(&app, "popular@example.com").await, 3);
+}
+
 #[tokio::test]
 async fn auto_register_is_rate_limited_per_client_address() {
     let mut settings = app::core::state::Settings::for_tests();

@@ -738,6 +738,62 @@ async fn every_response_matches_the_document() {
         200
     );
 
+    // The public model catalogue (no credential).
+    let catalogue =
+        br#"{"gpt-4o": {"litellm_provider": "openai", "mode": "chat", "max_input_tokens": 128000,
+        "max_output_tokens": 16384, "input_cost_per_token": 2.5e-06, "output_cost_per_token": 1e-05,
+        "supports_function_calling": true, "deprecation_date": "2026-10-01"},
+        "azure/text-embedding-3-small": {"litellm_provider": "azure", "mode": "embedding"}}"#;
+    app::core::models::import(&app.pool, catalogue)
+        .await
+        .unwrap();
+    let (s, found) = c
+        .call(
+            &app,
+            M::GET,
+            "/api/v1/models/search?q=gpt&capability=tools",
+            &[],
+            None,
+            Anon,
+        )
+        .await;
+    assert_eq!((s, found["total"].as_i64()), (200, Some(1)), "{found}");
+    c.call(&app, M::GET, "/api/v1/models/search", &[], None, Anon)
+        .await;
+    assert_eq!(
+        c.call(
+            &app,
+            M::GET,
+            "/api/v1/models/search?limit=0&sort=cheap",
+            &[],
+            None,
+            Anon
+        )
+        .await
+        .0,
+        422
+    );
+    for (id, status) in [
+        ("gpt-4o", 200),
+        ("azure%2Ftext-embedding-3-small", 200),
+        ("gpt-5x", 404),
+    ] {
+        assert_eq!(
+            c.call(
+                &app,
+                M::GET,
+                "/api/v1/models/search/{model_id}",
+                &[id],
+                None,
+                Anon
+            )
+            .await
+            .0,
+            status,
+            "{id}"
+        );
+    }
+
     // Deletions last.
     assert_eq!(
         c.call(

@@ -3,6 +3,13 @@
 //! One live claim per machine (a new init replaces it); the code is random, stored hashed, lives
 //! 15 minutes, and the fifth wrong code voids the claim. The merge moves projects, memories,
 //! tasks and keys in one transaction; the machine's `default` project merges into the human's.
+//!
+//! Guessing is bounded by counts that outlive a claim (`claim_attempts`, shared by every process):
+//! wrong codes per machine per day and, through the agents API, per e-mail per day; inits per
+//! machine and per e-mail per hour (so the owner of an address is never mailed more codes than
+//! that). Each is a setting ([`ClaimLimits`]); over one, 429 with the seconds until the oldest
+//! counted attempt leaves its window. Per machine, the machine's user row is locked first, then
+//! the e-mail's advisory lock, so concurrent attempts count exactly.
 use chrono::{DateTime, Duration, Utc};
 use sqlx::{PgConnection, PgPool};
 
@@ -11,7 +18,7 @@ use super::error::{AppError, AppResult};
 use super::keys::KeyCache;
 use super::machines;
 use super::mail::{self, ClaimMail};
-use super::state::Settings;
+use super::state::{ClaimLimits, Settings};
 use super::time::iso;
 
 /// Wrong codes that void a claim.
@@ -32,6 +39,142 @@ fn code_hash(machine_id: i64, code: &str) -> Vec<u8> {
     crypto::sha256(&format!("{machine_id}:{code}"))
 }
 
+const HOUR: i64 = 3600;
+const DAY: i64 = 24 * 3600;
+
+/// What a limit counts.
+#[derive(Clone, Copy)]
+enum Kind {
+    Init,
+    WrongCode,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Init => "init",
+            Kind::WrongCode => "wrong_code",
+        }
+    }
+}
+
+/// Whom a limit counts for.
+#[derive(Clone, Copy)]
+enum Subject<'a> {
+    Machine(i64),
+    /// An e-mail, counting only attempts through the agents API.
+    Email(&'a str),
+}
+
+/// `Some(seconds to wait)` when `limit` attempts of `kind` already fall in the last `window`
+/// seconds.
+async fn over_limit(
+    db: &mut PgConnection,
+    subject: Subject<'_>,
+    kind: Kind,
+    limit: u32,
+    window: i64,
+) -> AppResult<Option<u64>> {
+    let query = match subject {
+        Subject::Machine(_) => "select extract(epoch from at + make_interval(secs => $3) - now())::float8 from claim_attempts
+             where machine_id = $1 and kind = $2 and at > now() - make_interval(secs => $3)
+             order by at desc offset $4 limit 1",
+        Subject::Email(_) => "select extract(epoch from at + make_interval(secs => $3) - now())::float8 from claim_attempts
+             where email = $1 and kind = $2 and by_agent and at > now() - make_interval(secs => $3)
+             order by at desc offset $4 limit 1",
+    };
+    let q = sqlx::query_scalar::<_, f64>(query);
+    let q = match subject {
+        Subject::Machine(id) => q.bind(id),
+        Subject::Email(email) => q.bind(email),
+    };
+    let wait: Option<f64> = q
+        .bind(kind.as_str())
+        .bind(window as f64)
+        .bind(i64::from(limit.max(1)) - 1)
+        .fetch_optional(db)
+        .await?;
+    Ok(wait.map(|w| (w.ceil() as u64).max(1)))
+}
+
+async fn record(
+    db: &mut PgConnection,
+    machine_id: i64,
+    email: &str,
+    kind: Kind,
+    by_agent: bool,
+) -> AppResult<()> {
+    sqlx::query(
+        "insert into claim_attempts (machine_id, email, kind, by_agent) values ($1, $2, $3, $4)",
+    )
+    .bind(machine_id)
+    .bind(email)
+    .bind(kind.as_str())
+    .bind(by_agent)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Serializes the attempts of one machine and one e-mail (in that order, everywhere).
+async fn lock(db: &mut PgConnection, machine_id: i64, email: &str) -> AppResult<()> {
+    sqlx::query("select 1 from users where id = $1 for update")
+        .bind(machine_id)
+        .execute(&mut *db)
+        .await?;
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended('claim:' || $1, 0))")
+        .bind(email)
+        .execute(&mut *db)
+        .await?;
+    Ok(())
+}
+
+fn refused(message: &str, retry_after_secs: u64) -> AppError {
+    AppError::RateLimited {
+        message: message.into(),
+        retry_after_secs,
+    }
+}
+
+const WRONG_PER_MACHINE: &str =
+    "Too many wrong verification codes for this machine today: try again later";
+const WRONG_PER_EMAIL: &str = "Too many wrong verification codes for this account today: the account's owner can still enter the code on the portal's claim page";
+
+/// The wrong-code limits that apply to a machine and an e-mail.
+async fn wrong_code_limit(
+    db: &mut PgConnection,
+    limits: &ClaimLimits,
+    machine_id: i64,
+    email: &str,
+    by_agent: bool,
+) -> AppResult<Option<AppError>> {
+    if let Some(wait) = over_limit(
+        db,
+        Subject::Machine(machine_id),
+        Kind::WrongCode,
+        limits.wrong_per_machine_per_day,
+        DAY,
+    )
+    .await?
+    {
+        return Ok(Some(refused(WRONG_PER_MACHINE, wait)));
+    }
+    if by_agent {
+        if let Some(wait) = over_limit(
+            db,
+            Subject::Email(email),
+            Kind::WrongCode,
+            limits.wrong_per_email_per_day,
+            DAY,
+        )
+        .await?
+        {
+            return Ok(Some(refused(WRONG_PER_EMAIL, wait)));
+        }
+    }
+    Ok(None)
+}
+
 async fn counts(db: &mut PgConnection, machine_id: i64) -> AppResult<(i64, i64)> {
     Ok(sqlx::query_as("select (select count(*) from projects where user_id = $1), (select count(*) from memories where user_id = $1)")
         .bind(machine_id)
@@ -46,6 +189,8 @@ pub async fn init(
     fingerprint: &str,
     email: &str,
 ) -> AppResult<ClaimStarted> {
+    let email = email.to_lowercase();
+    let limits = &settings.limits.claims;
     let mut tx = pool.begin().await?;
     let (machine_id, claimed_by, _, hostname, platform) = machines::find(&mut *tx, fingerprint)
         .await?
@@ -53,12 +198,40 @@ pub async fn init(
     if claimed_by.is_some() {
         return Err(AppError::Conflict("Machine already claimed".into()));
     }
-    let human_id: i64 =
+    lock(&mut tx, machine_id, &email).await?;
+    if let Some(refusal) = wrong_code_limit(&mut tx, limits, machine_id, &email, true).await? {
+        return Err(refusal);
+    }
+    for (subject, limit, message) in [
+        (
+            Subject::Machine(machine_id),
+            limits.init_per_machine_per_hour,
+            "Too many claims started for this machine: try again later",
+        ),
+        (
+            Subject::Email(&email),
+            limits.init_per_email_per_hour,
+            "Too many claims started for this e-mail: try again later",
+        ),
+    ] {
+        if let Some(wait) = over_limit(&mut tx, subject, Kind::Init, limit, HOUR).await? {
+            return Err(refused(message, wait));
+        }
+    }
+    // Counted before the address is looked up: probing unknown addresses spends the same budget.
+    record(&mut tx, machine_id, &email, Kind::Init, true).await?;
+    sqlx::query("delete from claim_attempts where at < now() - interval '1 day'")
+        .execute(&mut *tx)
+        .await?;
+    let human_id: Option<i64> =
         sqlx::query_scalar("select id from users where email = $1 and not is_machine")
-            .bind(email.to_lowercase())
+            .bind(&email)
             .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| AppError::not_found("User"))?;
+            .await?;
+    let Some(human_id) = human_id else {
+        tx.commit().await?;
+        return Err(AppError::not_found("User"));
+    };
     let code = crypto::new_verification_code();
     let expires_at = Utc::now() + Duration::seconds(settings.claim_ttl_secs);
     sqlx::query(
@@ -87,7 +260,7 @@ pub async fn init(
     };
     // The message is written (dev mailbox) or sent before the claim is committed: a claim whose
     // code could not be delivered does not stay live.
-    mail::send_claim_code(&mut tx, settings, email, &message).await?;
+    mail::send_claim_code(&mut tx, settings, &email, &message).await?;
     tx.commit().await?;
     Ok(ClaimStarted {
         expires_at: iso(expires_at),
@@ -104,10 +277,12 @@ pub enum ClaimRef<'a> {
 }
 
 /// Checks the code and merges the machine into the human account. Wrong codes count, and the
-/// fifth voids the claim (429). The machine's keys act for the human from the answer on: the
-/// key cache forgets them once the merge commits.
+/// fifth voids the claim (429); past the day's wrong codes for the machine (or, through the
+/// agents API, for the e-mail) no code is checked at all (429). The machine's keys act for the
+/// human from the answer on: the key cache forgets them once the merge commits.
 pub async fn verify(
     pool: &PgPool,
+    limits: &ClaimLimits,
     keys: &KeyCache,
     claim: ClaimRef<'_>,
     code: &str,
@@ -123,12 +298,26 @@ pub async fn verify(
         }
         ClaimRef::ForHuman { machine_id, .. } => machine_id,
     };
-    let row: Option<(i64, Vec<u8>, DateTime<Utc>, i32)> =
-        sqlx::query_as("select human_id, code_hash, expires_at, failed_attempts from claims where machine_id = $1 for update")
-            .bind(machine_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let Some((human_id, stored, expires_at, failed)) = row else {
+    let by_agent = matches!(claim, ClaimRef::Fingerprint(_));
+    // Out of guesses for the day: answered before anything else, claim or not.
+    if let Some(wait) = over_limit(
+        &mut tx,
+        Subject::Machine(machine_id),
+        Kind::WrongCode,
+        limits.wrong_per_machine_per_day,
+        DAY,
+    )
+    .await?
+    {
+        return Err(refused(WRONG_PER_MACHINE, wait));
+    }
+    let human: Option<(i64, String)> = sqlx::query_as(
+        "select c.human_id, u.email from claims c join users u on u.id = c.human_id where c.machine_id = $1",
+    )
+    .bind(machine_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((human_id, email)) = human else {
         return Err(invalid());
     };
     if let ClaimRef::ForHuman {
@@ -139,10 +328,24 @@ pub async fn verify(
             return Err(AppError::not_found("Claim"));
         }
     }
+    lock(&mut tx, machine_id, &email).await?;
+    let row: Option<(i64, Vec<u8>, DateTime<Utc>, i32)> =
+        sqlx::query_as("select human_id, code_hash, expires_at, failed_attempts from claims where machine_id = $1 for update")
+            .bind(machine_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    // A concurrent init may have replaced the claim (for another address) while this waited.
+    let Some((human_id, stored, expires_at, failed)) = row.filter(|r| r.0 == human_id) else {
+        return Err(invalid());
+    };
+    if let Some(refusal) = wrong_code_limit(&mut tx, limits, machine_id, &email, by_agent).await? {
+        return Err(refusal);
+    }
     if expires_at <= Utc::now() {
         return Err(invalid());
     }
     if !crypto::constant_time_eq(&stored, &code_hash(machine_id, code)) {
+        record(&mut tx, machine_id, &email, Kind::WrongCode, by_agent).await?;
         let failed = failed + 1;
         if failed >= MAX_WRONG_CODES {
             sqlx::query("delete from claims where machine_id = $1")
@@ -150,19 +353,26 @@ pub async fn verify(
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
-            return Err(AppError::RateLimited {
-                message: "Too many wrong verification codes: the claim is void, start a new one"
-                    .into(),
-                retry_after_secs: 60,
-            });
+            return Err(refused(
+                "Too many wrong verification codes: the claim is void, start a new one",
+                60,
+            ));
         }
         sqlx::query("update claims set failed_attempts = $2 where machine_id = $1")
             .bind(machine_id)
             .bind(failed)
             .execute(&mut *tx)
             .await?;
+        // The wrong code that reaches a day's limit voids the claim too.
+        let over = wrong_code_limit(&mut tx, limits, machine_id, &email, by_agent).await?;
+        if over.is_some() {
+            sqlx::query("delete from claims where machine_id = $1")
+                .bind(machine_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
-        return Err(invalid());
+        return Err(over.unwrap_or_else(invalid));
     }
     merge(&mut tx, machine_id, human_id).await?;
     sqlx::query("delete from claims where machine_id = $1")

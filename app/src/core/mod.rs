@@ -26,6 +26,7 @@ pub mod llm;
 pub mod machines;
 pub mod mail;
 pub mod memories;
+pub mod models;
 pub mod projects;
 pub mod ratelimit;
 pub mod search;

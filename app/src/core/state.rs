@@ -47,6 +47,33 @@ pub struct LimitSettings {
     pub register_per_hour: u32,
     pub auto_register_per_hour: u32,
     pub api_per_minute: u32,
+    /// Public model-catalogue searches per client address per minute.
+    pub models_per_minute: u32,
+    pub claims: ClaimLimits,
+}
+
+/// Limits on claiming machines, counted in the database (see `claims`).
+#[derive(Clone, Debug)]
+pub struct ClaimLimits {
+    /// `claim/init` calls per machine per hour.
+    pub init_per_machine_per_hour: u32,
+    /// `claim/init` calls naming one e-mail per hour (also the most codes it is mailed).
+    pub init_per_email_per_hour: u32,
+    /// Wrong codes per machine per day, across claims.
+    pub wrong_per_machine_per_day: u32,
+    /// Wrong codes per e-mail per day through the agents API, across machines.
+    pub wrong_per_email_per_day: u32,
+}
+
+impl Default for ClaimLimits {
+    fn default() -> Self {
+        Self {
+            init_per_machine_per_hour: 5,
+            init_per_email_per_hour: 20,
+            wrong_per_machine_per_day: 10,
+            wrong_per_email_per_day: 20,
+        }
+    }
 }
 
 /// An OpenAI-compatible chat endpoint that classifies instead of the local model.
@@ -79,6 +106,8 @@ impl Settings {
                 register_per_hour: 10_000,
                 auto_register_per_hour: 10_000,
                 api_per_minute: 100_000,
+                models_per_minute: 100_000,
+                claims: ClaimLimits::default(),
             },
             smtp_url: None,
             mail_from: "Engram <noreply@engram.local>".into(),
@@ -109,6 +138,8 @@ pub struct AppStateInner {
     pub writer: Arc<super::memories::EnqueueWriter>,
     /// The owners of API keys presented recently.
     pub keys: Arc<super::keys::KeyCache>,
+    /// This process's copy of the public model catalogue.
+    pub models: Arc<super::models::ModelCatalog>,
 }
 
 impl AppState {

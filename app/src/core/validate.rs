@@ -22,6 +22,8 @@ pub struct Fields {
     source: &'static str,
     map: Map<String, Value>,
     errors: Vec<FieldError>,
+    /// Every `key=value` of a query string in order, repeats included (the map keeps the last).
+    pairs: Vec<(String, String)>,
 }
 
 impl Fields {
@@ -47,6 +49,7 @@ impl Fields {
                 source: "body",
                 map,
                 errors: vec![],
+                pairs: vec![],
             }),
             other => Err(AppError::validation(
                 FieldError::new(
@@ -61,14 +64,16 @@ impl Fields {
 
     /// Reads `a=1&b=2` query parameters; every value is a string until a getter parses it.
     pub fn from_query(query: Option<&str>) -> Self {
+        let pairs = form_urlencoded_pairs(query.unwrap_or_default());
         let mut map = Map::new();
-        for (k, v) in form_urlencoded_pairs(query.unwrap_or_default()) {
-            map.insert(k, Value::String(v));
+        for (k, v) in &pairs {
+            map.insert(k.clone(), Value::String(v.clone()));
         }
         Self {
             source: "query",
             map,
             errors: vec![],
+            pairs,
         }
     }
 
@@ -82,6 +87,7 @@ impl Fields {
             source: "body",
             map,
             errors: vec![],
+            pairs: vec![],
         }
     }
 
@@ -186,22 +192,57 @@ impl Fields {
 
     /// An optional integer in `min..=max`, `default` when absent. Query strings are parsed.
     pub fn int_in(&mut self, field: &str, default: i64, min: i64, max: i64) -> i64 {
-        let Some(v) = self.map.get(field).cloned() else {
-            return default;
-        };
-        let parsed = match &v {
+        let parse = |v: &Value, query: bool| match v {
             Value::Number(n) => n.as_i64(),
-            Value::String(s) if self.source == "query" => s.trim().parse::<i64>().ok(),
+            Value::String(s) if query => s.trim().parse::<i64>().ok(),
             _ => None,
         };
-        let Some(n) = parsed else {
+        self.number_in(
+            field,
+            min,
+            max,
+            parse,
+            ("int_parsing", "integer", "an integer"),
+        )
+        .unwrap_or(default)
+    }
+
+    /// An optional number in `min..=max` (query strings are parsed); `None` when absent.
+    pub fn optional_number(&mut self, field: &str, min: f64, max: f64) -> Option<f64> {
+        let parse = |v: &Value, query: bool| match v {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) if query => s.trim().parse::<f64>().ok().filter(|n| n.is_finite()),
+            _ => None,
+        };
+        self.number_in(
+            field,
+            min,
+            max,
+            parse,
+            ("float_parsing", "number", "a number"),
+        )
+    }
+
+    /// A number read by `parse` and checked against `min..=max`; `None` when absent or wrong.
+    /// `names` are the error's type and how the message names the kind of number.
+    fn number_in<T: PartialOrd + std::fmt::Display + serde::Serialize + Copy>(
+        &mut self,
+        field: &str,
+        min: T,
+        max: T,
+        parse: impl Fn(&Value, bool) -> Option<T>,
+        names: (&str, &str, &str),
+    ) -> Option<T> {
+        let v = self.map.get(field).cloned()?;
+        let Some(n) = parse(&v, self.source == "query") else {
+            let (kind, noun, article_noun) = names;
             let msg = if v.is_string() {
-                "Input should be a valid integer, unable to parse string as an integer"
+                format!("Input should be a valid {noun}, unable to parse string as {article_noun}")
             } else {
-                "Input should be a valid integer"
+                format!("Input should be a valid {noun}")
             };
-            self.push(field, "int_parsing", msg, Some(&v), None);
-            return default;
+            self.push(field, kind, msg, Some(&v), None);
+            return None;
         };
         if n < min {
             self.push(
@@ -211,7 +252,7 @@ impl Fields {
                 Some(&v),
                 Some(json!({"ge": min})),
             );
-            return default;
+            return None;
         }
         if n > max {
             self.push(
@@ -221,9 +262,60 @@ impl Fields {
                 Some(&v),
                 Some(json!({"le": max})),
             );
-            return default;
+            return None;
         }
-        n
+        Some(n)
+    }
+
+    /// Every value of a repeatable query parameter (`a=x&a=y`, or `a=x,y`), each one of
+    /// `allowed`; in a body, a list of strings.
+    pub fn query_list(&mut self, field: &str, allowed: &[&str]) -> Vec<String> {
+        let values: Vec<String> = if self.source == "query" {
+            self.pairs
+                .iter()
+                .filter(|(k, _)| k == field)
+                .flat_map(|(_, v)| v.split(','))
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .collect()
+        } else {
+            match self.map.get(field) {
+                None | Some(Value::Null) => vec![],
+                Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
+                    .iter()
+                    .filter_map(|i| i.as_str().map(str::to_string))
+                    .collect(),
+                Some(other) => {
+                    let other = other.clone();
+                    self.push(
+                        field,
+                        "list_type",
+                        "Input should be a valid list",
+                        Some(&other),
+                        None,
+                    );
+                    return vec![];
+                }
+            }
+        };
+        let mut out = vec![];
+        for v in values {
+            if allowed.contains(&v.as_str()) {
+                if !out.contains(&v) {
+                    out.push(v);
+                }
+            } else {
+                let expected = quoted_list(allowed);
+                self.push(
+                    field,
+                    "enum",
+                    format!("Input should be {expected}"),
+                    Some(&Value::String(v)),
+                    Some(json!({"expected": expected})),
+                );
+            }
+        }
+        out
     }
 
     /// The `metadata` rule: a JSON object or null, at most `max_bytes` serialised. `Ok(None)` when

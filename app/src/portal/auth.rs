@@ -128,6 +128,7 @@ pub fn Nav() -> impl IntoView {
                                 <A href="/keys">"API keys"</A>
                                 <A href="/install">"Connect"</A>
                                 <A href="/claim">"Machines"</A>
+                                <A href="/models">"Models"</A>
                                 {u.development.then(|| view! { <A href="/dev/mailbox">"Mailbox"</A> })}
                                 <span class="who" data-test-id="who">{u.email.clone()}</span>
                                 <ActionForm action=logout attr:class="inline">
@@ -138,6 +139,7 @@ pub fn Nav() -> impl IntoView {
                         _ => view! {
                             <nav>
                                 <A href="/install">"Connect"</A>
+                                <A href="/models">"Models"</A>
                                 <A href="/login">"Log in"</A>
                                 <A href="/signup">"Sign up"</A>
                             </nav>

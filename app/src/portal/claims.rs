@@ -42,6 +42,7 @@ pub async fn confirm_claim(machine_id: i64, code: String) -> Result<FormOutcome,
     let state = state()?;
     match verify(
         &state.pool,
+        &state.settings.limits.claims,
         &state.keys,
         ClaimRef::ForHuman {
             machine_id,

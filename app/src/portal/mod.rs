@@ -5,17 +5,19 @@
 //! - `keys`: API keys;
 //! - `install`: the install guide (snippets with the user's own key);
 //! - `projects`: projects, a project's memories, adding a memory, search;
+//! - `models`: the public model catalogue (no log-in);
 //! - `claims`: the claim page, claimed machines, the development mailbox.
 pub mod auth;
 pub mod claims;
 pub mod install;
 pub mod keys;
+pub mod models;
 pub mod projects;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{Redirect, Route, Router, Routes, A};
-use leptos_router::{ParamSegment, SsrMode, StaticSegment};
+use leptos_router::{ParamSegment, SsrMode, StaticSegment, WildcardSegment};
 use serde::{Deserialize, Serialize};
 
 /// The HTML document around the app.
@@ -55,6 +57,8 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("projects"), ParamSegment("id")) view=projects::ProjectPage ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("memories"), ParamSegment("id")) view=projects::MemoryPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("search") view=projects::SearchPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("models") view=models::ModelsPage ssr=SsrMode::Async/>
+                    <Route path=(StaticSegment("models"), WildcardSegment("id")) view=models::ModelPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("claim") view=claims::ClaimPage ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("dev"), StaticSegment("mailbox")) view=claims::MailboxPage ssr=SsrMode::Async/>
                 </Routes>

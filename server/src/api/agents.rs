@@ -150,6 +150,7 @@ pub struct ClaimInitiated {
         (status = 200, description = "A 6-digit code was e-mailed (and shown only without a mail transport)", body = ClaimInitiated),
         (status = 404, description = "Unknown machine or e-mail", body = ErrorBody),
         (status = 409, description = "The machine is already claimed", body = ErrorBody),
+        (status = 429, description = "Too many claims started for the machine or the e-mail this hour, or too many wrong codes today", body = ErrorBody),
     ))]
 /// Start claiming a machine account into a human account: e-mails a 6-digit code.
 pub async fn claim_init(
@@ -213,7 +214,7 @@ pub struct ClaimMerged {
         (status = 200, description = "Merged: the machine's projects, memories and keys moved", body = Data<ClaimMerged>),
         (status = 400, description = "Invalid or expired verification code", body = ErrorBody),
         (status = 404, description = "Unknown machine", body = ErrorBody),
-        (status = 429, description = "Too many wrong codes: the claim is void", body = ErrorBody),
+        (status = 429, description = "Too many wrong codes (5 void the claim; the day's limit per machine and per e-mail refuses every code until it passes)", body = ErrorBody),
     ))]
 /// Finish a claim with the e-mailed code.
 pub async fn claim_verify(
@@ -222,6 +223,7 @@ pub async fn claim_verify(
 ) -> AppResult<Json<Data<ClaimMerged>>> {
     let human = claims::verify(
         &state.pool,
+        &state.settings.limits.claims,
         &state.keys,
         claims::ClaimRef::Fingerprint(&req.machine_fingerprint),
         &req.verification_code,

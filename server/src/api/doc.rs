@@ -90,6 +90,7 @@ pub const BEARER: &str = "bearer";
         (name = "memories", description = "Queue, list, read, delete and search memories"),
         (name = "tasks", description = "Follow a queued memory (or batch) until it is stored"),
         (name = "agents", description = "Machine accounts: auto-registration, claims, statistics"),
+        (name = "models", description = "The public catalogue of LLMs: context windows, prices, capabilities (no credential)"),
         (name = "memoryx", description = "The paths MemoryX's published SDKs call, over the same functions"),
         (name = "service", description = "Health and readiness")
     )

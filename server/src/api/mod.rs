@@ -6,6 +6,7 @@
 //! - `accounts`, `keys`: `/api/auth/*`, `/api/keys` (bearer token);
 //! - `projects`, `memories`: `/api/v1/projects`, `/api/v1/memories`, `/api/v1/tasks` (`X-API-Key`);
 //! - `agents`: `/api/v1/agents/*`;
+//! - `models`: `/api/v1/models/search`, the public model catalogue;
 //! - `memoryx`: the paths MemoryX's SDKs call, as aliases over the same functions.
 //!
 //! Routes are registered through utoipa-axum's `routes!`, which adds a handler and its
@@ -17,6 +18,7 @@ pub mod extract;
 pub mod keys;
 pub mod memories;
 pub mod memoryx;
+pub mod models;
 pub mod projects;
 
 use axum::extract::State;
@@ -57,6 +59,8 @@ fn documented() -> (Router<AppState>, OpenApi) {
         .routes(routes!(memoryx::create_batch))
         .routes(routes!(memoryx::list_memories))
         .routes(routes!(memoryx::get_task))
+        .routes(routes!(models::search_models))
+        .routes(routes!(models::get_model))
         .split_for_parts();
     doc::StandardErrors.modify(&mut openapi);
     (router, openapi)

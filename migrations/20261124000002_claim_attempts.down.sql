@@ -1,0 +1,1 @@
+drop table claim_attempts;

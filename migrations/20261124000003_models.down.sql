@@ -1,0 +1,2 @@
+drop table model_catalog;
+drop table models;
