@@ -31,7 +31,7 @@ psql "$admin_url" -qc "drop database if exists $db with (force)" -c "create data
 log=$CARGO_TARGET_DIR/e2e-server.log
 DATABASE_URL=postgres://engram:engram@127.0.0.1:5432/$db ENGRAM_BIND=127.0.0.1:$port \
   ENGRAM_SITE_ROOT=$CARGO_TARGET_DIR/site ENGRAM_RATE_REGISTER_PER_HOUR=1000 \
-  ENGRAM_RATE_AUTO_REGISTER_PER_HOUR=1000 ENGRAM_RATE_MODELS_PER_MIN=10000 ENGRAM_LOG=info \
+  ENGRAM_RATE_AUTO_REGISTER_PER_HOUR=1000 ENGRAM_RATE_MODELS_PER_MIN=10000 ENGRAM_RATE_API_PER_MIN=100000 ENGRAM_LOG=info \
   "$CARGO_TARGET_DIR/debug/engram" serve >"$log" 2>&1 &
 server_pid=$!
 trap 'kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true' EXIT
@@ -46,3 +46,5 @@ ENGRAM_BASE_URL=http://127.0.0.1:$port "${ENGRAM_CACHE:-$HOME/.cache/engram}/ven
   || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }
 echo "== Browser tests"
 (cd end2end && ENGRAM_BASE_URL=http://127.0.0.1:$port npx playwright test) || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }
+echo "== API fuzzing (schemathesis against /api/openapi.json)"
+bash end2end/fuzz/run.sh "http://127.0.0.1:$port" || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }

@@ -154,6 +154,7 @@ pub struct ModelView {
     pub output_price_per_mtok: Option<f64>,
     /// Of `tools`, `parallel_tools`, `vision`, `json`, `caching`, `reasoning`, `audio_input`,
     /// `audio_output`, `pdf`, `web_search`.
+    #[cfg_attr(feature = "ssr", schema(value_type = Vec<crate::core::models::Capability>))]
     pub capabilities: Vec<String>,
     /// `YYYY-MM-DD` when the provider retires it.
     pub deprecation_date: Option<String>,

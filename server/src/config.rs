@@ -111,6 +111,10 @@ impl Config {
                 .unwrap_or_else(|| "Engram <noreply@engram.local>".into()),
             llm,
             claim_ttl_secs: 15 * 60,
+            trusted_proxies: app::core::clientaddr::TrustedProxies::parse(
+                &var("ENGRAM_TRUSTED_PROXIES").unwrap_or_default(),
+            )
+            .map_err(|e| anyhow::anyhow!("ENGRAM_TRUSTED_PROXIES: {e}"))?,
             key_cache: match var("ENGRAM_KEY_CACHE").as_deref() {
                 None | Some("on") => true,
                 Some("off") => false,

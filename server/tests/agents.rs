@@ -659,6 +659,61 @@ async fn an_address_is_mailed_no_more_claim_codes_than_its_hourly_limit() {
     assert_eq!(mails_to(&app, "popular@example.com").await, 3);
 }
 
+async fn register_from(app: &TestApp, fp: &str, forwarded: Option<&str>) -> u16 {
+    let mut req = app
+        .http
+        .post(app.url("/api/v1/agents/auto-register"))
+        .json(&json!({"machine_fingerprint": fp}));
+    if let Some(f) = forwarded {
+        req = req.header("x-forwarded-for", f);
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn x_forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
+    // No proxy trusted: the header is ignored, every request is the socket's peer.
+    let mut settings = app::core::state::Settings::for_tests();
+    settings.limits.auto_register_per_hour = 2;
+    let app = spawn_with(Opts {
+        settings: settings.clone(),
+        ..Opts::default()
+    })
+    .await;
+    let answers = [
+        register_from(&app, "fwd-machine-000-0123456789", Some("203.0.113.1")).await,
+        register_from(&app, "fwd-machine-001-0123456789", Some("203.0.113.2")).await,
+        register_from(&app, "fwd-machine-002-0123456789", Some("203.0.113.3")).await,
+    ];
+    assert_eq!(answers, [200, 200, 429]);
+
+    // The tests' loopback peer as the trusted proxy: each forwarded client has its own budget.
+    settings.trusted_proxies =
+        app::core::clientaddr::TrustedProxies::parse("127.0.0.1/32").unwrap();
+    let app = spawn_with(Opts {
+        settings,
+        ..Opts::default()
+    })
+    .await;
+    let answers = [
+        register_from(&app, "fwd-machine-100-0123456789", Some("203.0.113.1")).await,
+        register_from(&app, "fwd-machine-101-0123456789", Some("203.0.113.1")).await,
+        register_from(&app, "fwd-machine-102-0123456789", Some("203.0.113.1")).await,
+        // Another client behind the same proxy.
+        register_from(&app, "fwd-machine-103-0123456789", Some("203.0.113.2")).await,
+        // The first client writing a fake hop of its own: the proxy's hop still names it.
+        register_from(
+            &app,
+            "fwd-machine-104-0123456789",
+            Some("9.9.9.9, 203.0.113.1"),
+        )
+        .await,
+        // The proxy itself (no header).
+        register_from(&app, "fwd-machine-105-0123456789", None).await,
+    ];
+    assert_eq!(answers, [200, 200, 429, 200, 429, 200]);
+}
+
 #[tokio::test]
 async fn auto_register_is_rate_limited_per_client_address() {
     let mut settings = app::core::state::Settings::for_tests();

@@ -534,3 +534,108 @@ async fn the_memory_writer_replaces_a_lost_connection() {
         assert_eq!(s, 200, "{b}");
     }
 }
+
+/// Cases schemathesis found (end2end/fuzz), kept: text PostgreSQL cannot store was a 500, and a
+/// JSON integer written as `93.0` was refused.
+#[tokio::test]
+async fn nul_characters_are_refused_as_422_and_integral_floats_are_integers() {
+    let app = spawn_app().await;
+    let (token, key) = app.user("fuzzed@example.com").await;
+    // The reproduced case: a key name with a NUL in it.
+    let (s, b) = app.create_key(&token, "fuzz\u{0}name").await;
+    assert_validation(s, &b, &["body", "name"]);
+    assert!(
+        b["detail"][0]["msg"].as_str().unwrap().contains("NUL"),
+        "{b}"
+    );
+    for (payload, loc) in [
+        (json!({"content": "a\u{0}b"}), vec!["body", "content"]),
+        (
+            json!({"content": "fine", "metadata": {"deep": [{"x": "nul\u{0}here"}]}}),
+            vec!["body", "metadata"],
+        ),
+        (
+            json!({"content": "fine", "metadata": {"key\u{0}": 1}}),
+            vec!["body", "metadata"],
+        ),
+        (
+            json!({"content": "fine", "agent_id": "\u{0}"}),
+            vec!["body", "agent_id"],
+        ),
+    ] {
+        let (s, b) = app
+            .post_json("/api/v1/memories", &payload, Some(&key))
+            .await;
+        assert_validation(s, &b, &loc);
+    }
+    let total: i64 = sqlx::query_scalar("select count(*) from tasks")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(total, 0, "nothing queued");
+    // A NUL that reaches a query without a field's rule (a path segment): 400, not 500.
+    let (s, b) = app.get("/api/v1/projects/a%00b", Some(&key)).await;
+    assert_eq!(s, 400, "{b}");
+    assert_eq!(b["success"], false);
+    // In a query string.
+    let (s, b) = app.get("/api/v1/memories?project_id=%00", Some(&key)).await;
+    assert_validation(s, &b, &["query", "project_id"]);
+
+    // `93.0` is an integer; `93.5` is not.
+    let (s, b) = app
+        .post_json(
+            "/api/v1/memories/search",
+            &json!({"query": "anything", "limit": 93.0}),
+            Some(&key),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = app
+        .post_json(
+            "/api/v1/memories/search",
+            &json!({"query": "anything", "limit": 93.5}),
+            Some(&key),
+        )
+        .await;
+    assert_validation(s, &b, &["body", "limit"]);
+}
+
+/// Found by schemathesis: a batch naming a project, its items naming none, was refused because
+/// each item defaulted to `default`.
+#[tokio::test]
+async fn a_batchs_items_without_a_project_go_to_the_batchs_project() {
+    let app = spawn_app().await;
+    let (_, key) = app.user("batcher@example.com").await;
+    let (s, b) = app
+        .post_json("/api/v1/projects", &json!({"name": "notes"}), Some(&key))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = app
+        .post_json(
+            "/api/v1/memories/batch",
+            &json!({"project_id": "notes", "memories": [{"content": "one"}, {"content": "two", "project_id": "notes"}, {"content": "three", "project_id": null}]}),
+            Some(&key),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let projects: Vec<String> =
+        sqlx::query_scalar("select project_id from tasks order by created_at")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(projects.len(), 3);
+    assert!(projects.iter().all(|p| p != "default"), "{projects:?}");
+    // An item naming another project is still refused, and nothing is queued.
+    let (s, b) = app
+        .post_json(
+            "/api/v1/memories/batch",
+            &json!({"project_id": "notes", "memories": [{"content": "four", "project_id": "default"}]}),
+            Some(&key),
+        )
+        .await;
+    assert_validation(s, &b, &["body", "memories"]);
+    assert_eq!(
+        b["detail"][0]["loc"],
+        json!(["body", "memories", 0, "project_id"])
+    );
+}

@@ -139,6 +139,15 @@ impl From<sqlx::Error> for AppError {
                 tracing::error!(error = %err, "database unreachable");
                 AppError::Unavailable
             }
+            // Text PostgreSQL cannot store (a NUL character) that reached a query without a
+            // field's rule catching it, such as a path segment: the client's input, not our fault.
+            sqlx::Error::Database(db)
+                if matches!(db.code().as_deref(), Some("22021") | Some("22P05")) =>
+            {
+                AppError::BadRequest(
+                    "The request contains a NUL character (U+0000), which cannot be stored".into(),
+                )
+            }
             _ => AppError::Internal(anyhow::Error::new(err)),
         }
     }

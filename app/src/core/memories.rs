@@ -37,9 +37,9 @@ pub struct NewMemory {
     /// The text, 1 to 32,768 characters after trimming.
     #[schema(min_length = 1, max_length = 32768)]
     pub content: String,
-    /// A project's id or name; `default` when omitted.
+    /// A project's id or name; `default` when omitted or null.
     #[serde(rename = "project_id", default = "default_project")]
-    #[schema(max_length = 256, default = "default")]
+    #[schema(max_length = 256, default = "default", value_type = Option<String>)]
     pub project: String,
     /// A JSON object of at most 16 KiB serialised, or null. `None` when absent (stored as `{}`),
     /// `Some(Null)` when sent as null.

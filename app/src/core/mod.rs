@@ -15,6 +15,7 @@
 pub mod accounts;
 pub mod claims;
 pub mod classify;
+pub mod clientaddr;
 pub mod crypto;
 pub mod dates;
 pub mod embed;

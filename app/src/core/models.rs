@@ -39,6 +39,23 @@ pub const CAPABILITIES: [(&str, &str); 10] = [
     ("web_search", "supports_web_search"),
 ];
 
+/// The capability names of [`CAPABILITIES`], for the API document.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum Capability {
+    Tools,
+    ParallelTools,
+    Vision,
+    Json,
+    Caching,
+    Reasoning,
+    AudioInput,
+    AudioOutput,
+    Pdf,
+    WebSearch,
+}
+
 /// Families recognised in ids, for the `family` field and the search.
 const FAMILIES: [&str; 40] = [
     "gpt",
@@ -328,7 +345,7 @@ pub struct ModelQuery {
     #[param(max_length = 100)]
     pub mode: Option<String>,
     /// At least this many input tokens.
-    #[param(minimum = 0)]
+    #[param(minimum = 0, maximum = 1000000000000.0)]
     pub min_context: Option<i64>,
     /// At most this many USD per million input tokens.
     #[param(minimum = 0)]
@@ -337,7 +354,7 @@ pub struct ModelQuery {
     #[param(minimum = 0)]
     pub max_output_price: Option<f64>,
     /// Required capabilities: repeat the parameter or separate with commas.
-    #[param(value_type = Option<Vec<String>>, style = Form, explode)]
+    #[param(value_type = Option<Vec<Capability>>, style = Form, explode)]
     #[serde(default)]
     pub capability: Vec<String>,
     #[param(inline)]
@@ -360,7 +377,7 @@ impl FromFields for ModelQuery {
             mode: f.optional_str("mode", 100).filter(|m| !m.is_empty()),
             min_context: f
                 .has("min_context")
-                .then(|| f.int_in("min_context", 0, 0, i64::MAX / 2)),
+                .then(|| f.int_in("min_context", 0, 0, 1_000_000_000_000)),
             max_input_price: f.optional_number("max_input_price", 0.0, 1e9),
             max_output_price: f.optional_number("max_output_price", 0.0, 1e9),
             capability: f.query_list("capability", &capability_names),
@@ -380,8 +397,8 @@ impl FromFields for ModelQuery {
 
 struct Entry {
     model: ModelView,
-    /// Words of the id, the provider and the family.
-    words: Vec<String>,
+    /// Words of the id, the provider and the family, as indexes into [`Loaded::vocabulary`].
+    words: Vec<u32>,
     /// The id's letters and digits only, lower-case.
     compact: String,
     provider: String,
@@ -393,6 +410,9 @@ struct Entry {
 pub struct Loaded {
     version: i64,
     entries: Vec<Entry>,
+    /// Every distinct word of the catalogue: a query word is compared with each once, not once
+    /// per model.
+    vocabulary: Vec<String>,
 }
 
 impl Loaded {
@@ -470,6 +490,8 @@ async fn load(pool: &PgPool) -> AppResult<Loaded> {
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
+    let mut vocabulary: Vec<String> = vec![];
+    let mut index: std::collections::HashMap<String, u32> = Default::default();
     let entries = rows
         .into_iter()
         .map(
@@ -479,7 +501,16 @@ async fn load(pool: &PgPool) -> AppResult<Loaded> {
                 if let Some(f) = &family {
                     all.extend(words(f));
                 }
-                all.sort();
+                let mut all: Vec<u32> = all
+                    .into_iter()
+                    .map(|w| {
+                        *index.entry(w.clone()).or_insert_with(|| {
+                            vocabulary.push(w);
+                            (vocabulary.len() - 1) as u32
+                        })
+                    })
+                    .collect();
+                all.sort_unstable();
                 all.dedup();
                 Entry {
                     compact: words(&id).concat(),
@@ -502,7 +533,11 @@ async fn load(pool: &PgPool) -> AppResult<Loaded> {
             },
         )
         .collect();
-    Ok(Loaded { version, entries })
+    Ok(Loaded {
+        version,
+        entries,
+        vocabulary,
+    })
 }
 
 impl ModelCatalog {
@@ -594,36 +629,48 @@ fn edits_within(a: &str, b: &str, max: usize) -> bool {
     d[n][m] <= max
 }
 
+/// How well a query word matches each word of the vocabulary: 3 the word itself, 2 its start,
+/// 1 a word (or a word's start) one edit away, two from eight letters; 0 no match.
+fn vocabulary_scores(token: &str, vocabulary: &[String]) -> Vec<f32> {
+    let len = token.chars().count();
+    let max = if len >= 8 { 2 } else { 1 };
+    vocabulary
+        .iter()
+        .map(|w| {
+            if w == token {
+                3.0
+            } else if w.starts_with(token) {
+                2.0
+            } else if len >= 4 {
+                // The word itself, or its start as long as the token (`sonet` in `sonnet4`).
+                let start: String = w.chars().take(len).collect();
+                if edits_within(token, w, max) || edits_within(token, &start, max) {
+                    1.0
+                } else {
+                    0.0
+                }
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
 /// How well one query word matches an entry; `None` when it does not.
-fn word_score(token: &str, entry: &Entry) -> Option<f64> {
-    let mut best: Option<f64> = None;
-    let mut better = |s: f64| best = Some(best.map_or(s, |b: f64| b.max(s)));
-    for w in &entry.words {
-        if w == token {
-            return Some(3.0);
-        }
-        if w.starts_with(token) {
-            better(2.0);
-        }
+fn word_score(token: &str, scores: &[f32], entry: &Entry) -> Option<f64> {
+    let best = entry
+        .words
+        .iter()
+        .map(|w| scores[*w as usize])
+        .fold(0.0_f32, f32::max);
+    if best >= 2.0 {
+        return Some(f64::from(best));
     }
-    if best.is_some() {
-        return best;
-    }
+    // Written without separators (`gpt4o`), before a typo's weaker match.
     if token.len() >= 3 && entry.compact.contains(token) {
         return Some(1.5);
     }
-    let len = token.chars().count();
-    if len >= 4 {
-        let max = if len >= 8 { 2 } else { 1 };
-        for w in &entry.words {
-            // The word itself, or its start as long as the token (`sonet` in `sonnet4`).
-            let start: String = w.chars().take(len).collect();
-            if edits_within(token, w, max) || edits_within(token, &start, max) {
-                return Some(1.0);
-            }
-        }
-    }
-    None
+    (best > 0.0).then_some(f64::from(best))
 }
 
 /// A page of results and how many matched in all.
@@ -635,6 +682,10 @@ pub struct Found<'a> {
 /// Searches a loaded catalogue.
 pub fn search<'a>(catalog: &'a Loaded, q: &ModelQuery) -> Found<'a> {
     let tokens = q.q.as_deref().map(words).unwrap_or_default();
+    let token_scores: Vec<Vec<f32>> = tokens
+        .iter()
+        .map(|t| vocabulary_scores(t, &catalog.vocabulary))
+        .collect();
     let provider = q.provider.as_deref().map(str::to_lowercase);
     let mode = q.mode.as_deref().map(str::to_lowercase);
     let q_compact = tokens.concat();
@@ -665,8 +716,8 @@ pub fn search<'a>(catalog: &'a Loaded, q: &ModelQuery) -> Found<'a> {
         })
         .filter_map(|e| {
             let mut score = 0.0;
-            for t in &tokens {
-                score += word_score(t, e)?;
+            for (t, scores) in tokens.iter().zip(&token_scores) {
+                score += word_score(t, scores, e)?;
             }
             if !tokens.is_empty() {
                 if e.compact == q_compact {

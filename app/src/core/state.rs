@@ -38,6 +38,8 @@ pub struct Settings {
     pub claim_ttl_secs: i64,
     /// Whether API keys' owners are cached (see `keys::KeyCache`).
     pub key_cache: bool,
+    /// Proxies whose `X-Forwarded-For` names the client (see `clientaddr`).
+    pub trusted_proxies: super::clientaddr::TrustedProxies,
 }
 
 /// Rate limits of the contract; each can be raised by configuration.
@@ -114,6 +116,7 @@ impl Settings {
             llm: None,
             claim_ttl_secs: 15 * 60,
             key_cache: true,
+            trusted_proxies: Default::default(),
         }
     }
 }

@@ -164,7 +164,14 @@ impl Fields {
             );
             return None;
         };
+        // The longest length holds for the text as sent (as the document's maxLength says); the
+        // shortest for the text once trimmed, so blanks alone are not a value.
+        let sent_len = s.chars().count();
         let s = if trim { s.trim() } else { s };
+        if s.contains('\0') {
+            self.push(field, "value_error", NUL_MESSAGE, Some(v), None);
+            return None;
+        }
         let len = s.chars().count();
         if len < min {
             let plural = if min == 1 { "character" } else { "characters" };
@@ -177,7 +184,7 @@ impl Fields {
             );
             return None;
         }
-        if len > max {
+        if sent_len > max {
             self.push(
                 field,
                 "string_too_long",
@@ -193,7 +200,12 @@ impl Fields {
     /// An optional integer in `min..=max`, `default` when absent. Query strings are parsed.
     pub fn int_in(&mut self, field: &str, default: i64, min: i64, max: i64) -> i64 {
         let parse = |v: &Value, query: bool| match v {
-            Value::Number(n) => n.as_i64(),
+            // `93.0` is an integer to JSON Schema and to FastAPI alike; `93.5` is not.
+            Value::Number(n) => n.as_i64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+                    .map(|f| f as i64)
+            }),
             Value::String(s) if query => s.trim().parse::<i64>().ok(),
             _ => None,
         };
@@ -324,6 +336,10 @@ impl Fields {
         let v = self.map.get(field).cloned()?;
         match &v {
             Value::Null => Some(Value::Null),
+            Value::Object(_) if contains_nul(&v) => {
+                self.push(field, "value_error", NUL_MESSAGE, None, None);
+                None
+            }
             Value::Object(_) => {
                 let size = serde_json::to_vec(&v)
                     .map(|b| b.len())
@@ -406,6 +422,22 @@ impl Fields {
         } else {
             Err(AppError::Validation(self.errors))
         }
+    }
+}
+
+/// The largest `offset` a list takes (a billion rows in: further than any account goes).
+pub const MAX_OFFSET: i64 = 1_000_000_000;
+
+/// PostgreSQL's text (and `jsonb`) cannot hold U+0000, so no field may carry it.
+const NUL_MESSAGE: &str = "Value error, text must not contain the NUL character (U+0000)";
+
+/// Whether a NUL character is anywhere in `v`, keys included.
+fn contains_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(contains_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || contains_nul(v)),
+        _ => false,
     }
 }
 

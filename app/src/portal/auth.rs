@@ -45,14 +45,13 @@ pub async fn sign_up(email: String, password: String) -> Result<FormOutcome, Ser
     if let Err(e) = fields.finish() {
         return form_error(e, "email");
     }
-    if let Some(ip) = client_ip().await {
-        if let Err(e) = state.limiter.hit(
-            &format!("register:{ip}"),
-            state.settings.limits.register_per_hour,
-            std::time::Duration::from_secs(3600),
-        ) {
-            return form_error(e, "email");
-        }
+    let ip = super::session::client_key(&state).await;
+    if let Err(e) = state.limiter.hit(
+        &format!("register:{ip}"),
+        state.settings.limits.register_per_hour,
+        std::time::Duration::from_secs(3600),
+    ) {
+        return form_error(e, "email");
     }
     match accounts::register(&state.pool, &email, &password).await {
         Ok(user) => {
@@ -62,15 +61,6 @@ pub async fn sign_up(email: String, password: String) -> Result<FormOutcome, Ser
         }
         Err(e) => form_error(e, "email"),
     }
-}
-
-#[cfg(feature = "ssr")]
-async fn client_ip() -> Option<String> {
-    use axum::extract::ConnectInfo;
-    leptos_axum::extract::<ConnectInfo<std::net::SocketAddr>>()
-        .await
-        .ok()
-        .map(|ConnectInfo(a)| a.ip().to_string())
 }
 
 #[server(prefix = "/portal/fn")]

@@ -157,6 +157,19 @@ pub mod session {
         Ok(leptos_axum::extract::<Session>().await?)
     }
 
+    /// The client's address for per-address limits, as the API's `ClientIp` reads it.
+    pub async fn client_key(state: &AppState) -> String {
+        use axum::extract::ConnectInfo;
+        let peer = leptos_axum::extract::<ConnectInfo<std::net::SocketAddr>>()
+            .await
+            .ok()
+            .map(|ConnectInfo(a)| a);
+        let headers = leptos_axum::extract::<axum::http::HeaderMap>()
+            .await
+            .unwrap_or_default();
+        crate::core::clientaddr::client_key(&state.settings.trusted_proxies, peer, &headers)
+    }
+
     /// The logged-in user's id, if any.
     pub async fn user_id() -> Result<Option<i64>, ServerFnError> {
         let session = session().await?;

@@ -40,10 +40,7 @@ async fn catalog_state() -> Result<
     use super::session::{server_error, state};
     let state = state()?;
     // The same per-address budget as the API's search.
-    let addr = leptos_axum::extract::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .await
-        .map(|c| c.0.ip().to_string())
-        .unwrap_or_else(|_| "unknown".into());
+    let addr = super::session::client_key(&state).await;
     state
         .limiter
         .hit(

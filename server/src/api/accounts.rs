@@ -1,7 +1,7 @@
 //! `/api/auth/*`: register, login (OAuth2 password form), me.
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -9,7 +9,7 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::doc::ErrorBody;
-use super::extract::{bearer_unauthorized, client_ip, BearerAuth, Body, FormFields};
+use super::extract::{bearer_unauthorized, BearerAuth, Body, ClientIp, FormFields};
 use app::core::accounts::{self, UserRecord};
 use app::core::error::{AppError, AppResult};
 use app::core::state::AppState;
@@ -51,11 +51,11 @@ pub struct Registered {
 /// Create a human account.
 pub async fn register(
     State(state): State<AppState>,
-    ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>,
+    ClientIp(client): ClientIp,
     Body(req): Body<RegisterRequest>,
 ) -> AppResult<Json<Registered>> {
     state.limiter.hit(
-        &format!("register:{}", client_ip(Some(addr))),
+        &format!("register:{client}"),
         state.settings.limits.register_per_hour,
         Duration::from_secs(3600),
     )?;
@@ -71,13 +71,19 @@ pub async fn register(
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct LoginForm {
     /// The e-mail address.
+    #[schema(min_length = 1, max_length = 254)]
     pub username: String,
+    #[schema(min_length = 1, max_length = 256)]
     pub password: String,
+    // A form has no null: the optional fields are strings that may be left out.
     /// `password` when given.
-    #[schema(pattern = "^password$")]
+    #[schema(pattern = "^(password)?$", value_type = String, required = false)]
     pub grant_type: Option<String>,
+    #[schema(value_type = String, required = false)]
     pub scope: Option<String>,
+    #[schema(value_type = String, required = false)]
     pub client_id: Option<String>,
+    #[schema(value_type = String, required = false)]
     pub client_secret: Option<String>,
 }
 

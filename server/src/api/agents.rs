@@ -1,14 +1,14 @@
 //! `/api/v1/agents/*`: machine accounts and claims.
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use super::doc::{Data, ErrorBody};
-use super::extract::{client_ip, ApiKeyAuth, Body, Query};
+use super::extract::{ApiKeyAuth, Body, ClientIp, Query};
 use app::core::claims::{self, ClaimStarted};
 use app::core::error::AppResult;
 use app::core::machines::{self, MachineAccount, MachineStats};
@@ -41,11 +41,11 @@ impl FromFields for AutoRegisterRequest {
 /// Registers (or finds) the machine and issues it a new key: the REST route and MemoryX's share it.
 pub async fn register_machine(
     state: &AppState,
-    addr: std::net::SocketAddr,
+    client: &str,
     req: &AutoRegisterRequest,
 ) -> AppResult<MachineAccount> {
     state.limiter.hit(
-        &format!("auto-register:{}", client_ip(Some(addr))),
+        &format!("auto-register:{client}"),
         state.settings.limits.auto_register_per_hour,
         Duration::from_secs(3600),
     )?;
@@ -69,10 +69,10 @@ pub async fn register_machine(
 /// share one pool of memories.
 pub async fn auto_register(
     State(state): State<AppState>,
-    ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>,
+    ClientIp(client): ClientIp,
     Body(req): Body<AutoRegisterRequest>,
 ) -> AppResult<Json<Data<MachineAccount>>> {
-    Ok(Data::new(register_machine(&state, addr, &req).await?))
+    Ok(Data::new(register_machine(&state, &client, &req).await?))
 }
 
 /// The machine named.
@@ -80,6 +80,7 @@ pub async fn auto_register(
 #[into_params(parameter_in = Query)]
 pub struct MachineQuery {
     /// The fingerprint the machine registered with.
+    #[param(min_length = 16, max_length = 256, pattern = "^[A-Za-z0-9._:-]+$")]
     pub machine_fingerprint: String,
 }
 

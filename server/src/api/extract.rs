@@ -167,9 +167,21 @@ impl FromRequestParts<AppState> for BearerAuth {
     }
 }
 
-/// The client's address, for per-address limits.
-pub fn client_ip(parts_addr: Option<std::net::SocketAddr>) -> String {
-    parts_addr
-        .map(|a| a.ip().to_string())
-        .unwrap_or_else(|| "unknown".into())
+/// The client's address, for per-address limits: the socket's peer, or behind a trusted proxy
+/// the hop it names (see `app::core::clientaddr`).
+pub struct ClientIp(pub String);
+
+impl FromRequestParts<AppState> for ClientIp {
+    type Rejection = AppError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0);
+        Ok(ClientIp(app::core::clientaddr::client_key(
+            &state.settings.trusted_proxies,
+            peer,
+            &parts.headers,
+        )))
+    }
 }

@@ -9,7 +9,7 @@ use super::extract::{ApiKeyAuth, Body, Query};
 use app::core::error::AppResult;
 use app::core::memories::NewMemory;
 use app::core::state::AppState;
-use app::core::validate::{Fields, FromFields};
+use app::core::validate::{Fields, FromFields, MAX_OFFSET};
 use app::core::{memories, search, tasks};
 use app::types::{MemoryView, SearchHit, TaskView};
 
@@ -59,12 +59,13 @@ pub async fn create_memory(
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// A project's id or name; all projects when omitted.
+    #[param(max_length = 256)]
     pub project_id: Option<String>,
     #[serde(default)]
     #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: i64,
     #[serde(default)]
-    #[param(minimum = 0, default = 0)]
+    #[param(minimum = 0, maximum = 1000000000, default = 0)]
     pub offset: i64,
 }
 
@@ -73,7 +74,7 @@ impl FromFields for ListQuery {
         ListQuery {
             project_id: q.optional_str("project_id", 256).filter(|p| !p.is_empty()),
             limit: q.int_in("limit", 100, 1, 1000),
-            offset: q.int_in("offset", 0, 0, i64::MAX / 2),
+            offset: q.int_in("offset", 0, 0, MAX_OFFSET),
         }
     }
 }

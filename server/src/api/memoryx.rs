@@ -2,7 +2,7 @@
 //! `shared/spec/memoryx-clients.md`), as thin aliases over the same domain functions as our own
 //! routes. Our own paths and shapes never change for them; the shared search and delete paths
 //! need no alias (search items carry `category` beside `cognitive_sector`).
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::Json;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -11,12 +11,12 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::agents::{register_machine, AutoRegisterRequest};
 use super::doc::ErrorBody;
-use super::extract::{ApiKeyAuth, Body, Query};
+use super::extract::{ApiKeyAuth, Body, ClientIp, Query};
 use super::memories::{list_page, MemoryPage};
 use app::core::error::{AppError, AppResult, FieldError};
 use app::core::memories::{self, ListFilter, NewMemory, MAX_BATCH};
 use app::core::state::AppState;
-use app::core::validate::{Fields, FromFields};
+use app::core::validate::{Fields, FromFields, MAX_OFFSET};
 use app::core::{machines, projects, tasks};
 use app::types::TaskView;
 
@@ -79,7 +79,7 @@ pub struct MemoryxRegistered {
 /// MemoryX's `auto_register()`: as `POST /api/v1/agents/auto-register`.
 pub async fn auto_register(
     State(state): State<AppState>,
-    ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>,
+    ClientIp(client): ClientIp,
     Body(req): Body<MemoryxRegisterRequest>,
 ) -> AppResult<Json<MemoryxRegistered>> {
     let platform = match req.platform.as_deref() {
@@ -89,7 +89,7 @@ pub async fn auto_register(
     };
     let account = register_machine(
         &state,
-        addr,
+        &client,
         &AutoRegisterRequest {
             machine_fingerprint: req.machine_fingerprint.clone(),
             platform,
@@ -113,6 +113,20 @@ pub async fn auto_register(
     }))
 }
 
+/// One memory of a batch, as documented: the batch's `project_id` names the project for all.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct BatchMemory {
+    /// The text, 1 to 32,768 characters after trimming.
+    #[schema(min_length = 1, max_length = 32768)]
+    content: String,
+    /// A JSON object of at most 16 KiB serialised, or null.
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    #[schema(max_length = 128)]
+    agent_id: Option<String>,
+}
+
 /// Several memories queued as one task.
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"memories": [
@@ -122,7 +136,7 @@ pub async fn auto_register(
 pub struct BatchRequest {
     /// 1 to 200 memories, each under the rules of `POST /api/v1/memories`; an item's own
     /// `project_id`, if any, must be the batch's.
-    #[schema(min_items = 1, max_items = 200)]
+    #[schema(min_items = 1, max_items = 200, value_type = Vec<BatchMemory>)]
     pub memories: Vec<NewMemory>,
     /// A project's id or name for all of them; `default` when omitted.
     #[schema(max_length = 256)]
@@ -159,9 +173,18 @@ impl FromFields for BatchRequest {
             }
             Some(Value::Array(items)) => {
                 for (i, item) in items.into_iter().enumerate() {
+                    // An item without a project of its own goes to the batch's.
+                    let own_project = item
+                        .get("project_id")
+                        .and_then(Value::as_str)
+                        .is_some_and(|p| !p.trim().is_empty());
                     // Each item under the single memory's rules; its errors located in the list.
                     let checked = Fields::from_value(item).and_then(NewMemory::read);
                     match checked {
+                        Ok(mut memory) if !own_project => {
+                            memory.project = project.to_string();
+                            read.push(memory);
+                        }
                         Ok(memory) if memory.project != project => {
                             let mut e = FieldError::new(
                                 &["body", "memories"],
@@ -243,17 +266,22 @@ pub struct MemoryxListQuery {
     #[param(minimum = 1, maximum = 1000, default = 50)]
     pub limit: i64,
     #[serde(default)]
-    #[param(minimum = 0, default = 0)]
+    #[param(minimum = 0, maximum = 1000000000, default = 0)]
     pub offset: i64,
     /// A project's id or name; all projects when omitted.
+    #[param(max_length = 256)]
     pub project_id: Option<String>,
     /// Created at or after: `YYYY-MM-DD HH:MM:SS`, `YYYY-MM-DD` or RFC 3339 (UTC).
+    #[param(max_length = 64)]
     pub time_start: Option<String>,
     /// Created at or before, as `time_start`.
+    #[param(max_length = 64)]
     pub time_end: Option<String>,
     /// Comma-separated cognitive sectors.
+    #[param(max_length = 1024)]
     pub categories: Option<String>,
     /// Comma-separated tags, matched in `metadata.tags`.
+    #[param(max_length = 1024)]
     pub tags: Option<String>,
     #[serde(skip)]
     #[param(ignore)]
@@ -288,7 +316,7 @@ fn comma_list(s: Option<&str>) -> Vec<String> {
 impl FromFields for MemoryxListQuery {
     fn from_fields(q: &mut Fields) -> Self {
         let limit = q.int_in("limit", 50, 1, 1000);
-        let offset = q.int_in("offset", 0, 0, i64::MAX / 2);
+        let offset = q.int_in("offset", 0, 0, MAX_OFFSET);
         let project_id = q.optional_str("project_id", 256).filter(|p| !p.is_empty());
         let time = |q: &mut Fields, name: &str, end: bool| {
             let Some(raw) = q.optional_str(name, 64).filter(|t| !t.is_empty()) else {

@@ -1,13 +1,13 @@
 //! `/api/v1/models/search`: the public model catalogue (no credential; a per-address limit).
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::doc::{Data, ErrorBody};
-use super::extract::{client_ip, Query};
+use super::extract::{ClientIp, Query};
 use app::core::error::{AppError, AppResult};
 use app::core::models::{self, ModelQuery};
 use app::core::state::AppState;
@@ -24,9 +24,9 @@ pub struct ModelPage {
     pub offset: i64,
 }
 
-fn limit(state: &AppState, addr: std::net::SocketAddr) -> AppResult<()> {
+fn limit(state: &AppState, client: &str) -> AppResult<()> {
     state.limiter.hit(
-        &format!("models:{}", client_ip(Some(addr))),
+        &format!("models:{client}"),
         state.settings.limits.models_per_minute,
         Duration::from_secs(60),
     )
@@ -41,10 +41,10 @@ fn limit(state: &AppState, addr: std::net::SocketAddr) -> AppResult<()> {
 /// Search the public catalogue of LLMs: context window, prices per million tokens, capabilities.
 pub async fn search_models(
     State(state): State<AppState>,
-    ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>,
+    ClientIp(client): ClientIp,
     Query(query): Query<ModelQuery>,
 ) -> AppResult<Json<ModelPage>> {
-    limit(&state, addr)?;
+    limit(&state, &client)?;
     let catalog = state.models.get(&state.pool).await?;
     let found = models::search(&catalog, &query);
     Ok(Json(ModelPage {
@@ -66,10 +66,10 @@ pub async fn search_models(
 /// One model of the public catalogue.
 pub async fn get_model(
     State(state): State<AppState>,
-    ConnectInfo(addr): ConnectInfo<std::net::SocketAddr>,
+    ClientIp(client): ClientIp,
     Path(id): Path<String>,
 ) -> AppResult<Json<Data<ModelView>>> {
-    limit(&state, addr)?;
+    limit(&state, &client)?;
     let catalog = state.models.get(&state.pool).await?;
     let model = catalog
         .get(&id)
