@@ -30,27 +30,13 @@ const CAPABILITY_LABELS: [(&str, &str); 6] = [
 ];
 
 #[cfg(feature = "ssr")]
-async fn catalog_state() -> Result<
-    (
-        crate::core::state::AppState,
-        std::sync::Arc<crate::core::models::Loaded>,
-    ),
-    ServerFnError,
-> {
-    use super::session::{server_error, state};
+async fn catalog() -> Result<std::sync::Arc<crate::core::models::Loaded>, ServerFnError> {
+    use super::session::{client_key, server_error, state};
     let state = state()?;
-    // The same per-address budget as the API's search.
-    let addr = super::session::client_key(&state).await;
-    state
-        .limiter
-        .hit(
-            &format!("models:{addr}"),
-            state.settings.limits.models_per_minute,
-            std::time::Duration::from_secs(60),
-        )
-        .map_err(server_error)?;
-    let catalog = state.models.get(&state.pool).await.map_err(server_error)?;
-    Ok((state, catalog))
+    let client = client_key(&state).await;
+    crate::core::models::for_client(&state, &client)
+        .await
+        .map_err(server_error)
 }
 
 /// Searches with the API's own rules, from the page's query string.
@@ -59,7 +45,7 @@ pub async fn find_models(query: String) -> Result<CatalogPage, ServerFnError> {
     use crate::core::error::AppError;
     use crate::core::models::{search, ModelQuery};
     use crate::core::validate::{Fields, FromFields};
-    let (_, catalog) = catalog_state().await?;
+    let catalog = catalog().await?;
     match ModelQuery::read(Fields::from_query(Some(&query))) {
         Ok(q) => {
             let found = search(&catalog, &q);
@@ -85,13 +71,13 @@ pub async fn find_models(query: String) -> Result<CatalogPage, ServerFnError> {
 /// The providers and modes the filters offer.
 #[server(prefix = "/portal/fn")]
 pub async fn catalog_facets() -> Result<(Vec<String>, Vec<String>), ServerFnError> {
-    let (_, catalog) = catalog_state().await?;
+    let catalog = catalog().await?;
     Ok((catalog.providers(), catalog.modes()))
 }
 
 #[server(prefix = "/portal/fn")]
 pub async fn get_catalog_model(id: String) -> Result<Option<ModelView>, ServerFnError> {
-    let (_, catalog) = catalog_state().await?;
+    let catalog = catalog().await?;
     Ok(catalog.get(&id).cloned())
 }
 

@@ -1,6 +1,4 @@
 //! `/api/v1/models/search`: the public model catalogue (no credential; a per-address limit).
-use std::time::Duration;
-
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::Serialize;
@@ -24,14 +22,6 @@ pub struct ModelPage {
     pub offset: i64,
 }
 
-fn limit(state: &AppState, client: &str) -> AppResult<()> {
-    state.limiter.hit(
-        &format!("models:{client}"),
-        state.settings.limits.models_per_minute,
-        Duration::from_secs(60),
-    )
-}
-
 #[utoipa::path(get, path = "/api/v1/models/search", tag = "models",
     params(ModelQuery),
     responses(
@@ -44,8 +34,7 @@ pub async fn search_models(
     ClientIp(client): ClientIp,
     Query(query): Query<ModelQuery>,
 ) -> AppResult<Json<ModelPage>> {
-    limit(&state, &client)?;
-    let catalog = state.models.get(&state.pool).await?;
+    let catalog = models::for_client(&state, &client).await?;
     let found = models::search(&catalog, &query);
     Ok(Json(ModelPage {
         success: true,
@@ -69,8 +58,7 @@ pub async fn get_model(
     ClientIp(client): ClientIp,
     Path(id): Path<String>,
 ) -> AppResult<Json<Data<ModelView>>> {
-    limit(&state, &client)?;
-    let catalog = state.models.get(&state.pool).await?;
+    let catalog = models::for_client(&state, &client).await?;
     let model = catalog
         .get(&id)
         .cloned()
