@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/engram/target
 export SQLX_OFFLINE := true
 unexport DATABASE_URL
 
-.PHONY: run test setup build site lint bench-ingest bench-search bench-locomo bench-classifier bench-embed bench-models clean-db
+.PHONY: run test setup build site lint bench-ingest bench-search bench-locomo bench-classifier bench-embed bench-models bench-proxy clean-db
 
 run: setup build
 	ENGRAM_SITE_ROOT=$(CARGO_TARGET_DIR)/site $(CARGO_TARGET_DIR)/release/engram serve
@@ -41,6 +41,9 @@ bench-search: setup
 
 bench-models: setup
 	cargo run --release -p server -- bench models
+
+bench-proxy: setup
+	cargo run --release -p server -- bench proxy
 
 bench-embed: setup
 	cargo run --release -p server -- bench embed

@@ -26,22 +26,28 @@ echo "== Portal bundle"
 bash scripts/build-site.sh
 # A free port, so a server left running elsewhere is never mistaken for ours.
 port=${ENGRAM_E2E_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+# The stand-in upstream LLM the proxy's client and browser tests talk to (see server::standin).
+standin_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$CARGO_TARGET_DIR/debug/engram" stand-in-llm --bind 127.0.0.1:$standin_port >"$CARGO_TARGET_DIR/e2e-standin.log" 2>&1 &
+standin_pid=$!
+export ENGRAM_STANDIN_URL=http://127.0.0.1:$standin_port/v1
 db=engram_e2e
 psql "$admin_url" -qc "drop database if exists $db with (force)" -c "create database $db" >/dev/null
 log=$CARGO_TARGET_DIR/e2e-server.log
 DATABASE_URL=postgres://engram:engram@127.0.0.1:5432/$db ENGRAM_BIND=127.0.0.1:$port \
   ENGRAM_SITE_ROOT=$CARGO_TARGET_DIR/site ENGRAM_RATE_REGISTER_PER_HOUR=1000 \
   ENGRAM_RATE_AUTO_REGISTER_PER_HOUR=1000 ENGRAM_RATE_MODELS_PER_MIN=10000 ENGRAM_RATE_API_PER_MIN=100000 ENGRAM_LOG=info \
+  ENGRAM_UPSTREAM_ALLOWED_HOSTS=127.0.0.1 ENGRAM_UPSTREAM_TIMEOUT_SECS=10 \
   "$CARGO_TARGET_DIR/debug/engram" serve >"$log" 2>&1 &
 server_pid=$!
-trap 'kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true' EXIT
+trap 'kill $server_pid $standin_pid 2>/dev/null || true; wait $server_pid $standin_pid 2>/dev/null || true' EXIT
 for _ in $(seq 120); do
   curl -fs "http://127.0.0.1:$port/api/ready" >/dev/null && break
   kill -0 $server_pid 2>/dev/null || { cat "$log"; exit 1; }
   sleep 0.5
 done
 curl -fs "http://127.0.0.1:$port/api/ready" >/dev/null && kill -0 $server_pid 2>/dev/null || { echo "server did not become ready"; tail -50 "$log"; exit 1; }
-echo "== Client tests (MCP's and MemoryX's official SDKs against the live server)"
+echo "== Client tests (MCP's, MemoryX's and OpenAI's official SDKs against the live server)"
 ENGRAM_BASE_URL=http://127.0.0.1:$port "${ENGRAM_CACHE:-$HOME/.cache/engram}/venv/bin/python" -m pytest -q -p no:cacheprovider end2end/clients \
   || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }
 echo "== Browser tests"

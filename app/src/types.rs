@@ -159,3 +159,52 @@ pub struct ModelView {
     /// `YYYY-MM-DD` when the provider retires it.
     pub deprecation_date: Option<String>,
 }
+
+/// A conversation, with how many messages it holds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ConversationView {
+    pub id: String,
+    pub project_id: String,
+    pub title: Option<String>,
+    /// The client's own id for it (MemoryX's flush `conversation_id`, or the proxy's
+    /// `X-Engram-Conversation` when it is not one of ours).
+    pub external_id: Option<String>,
+    pub message_count: i64,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A message of a conversation, with the memory it produced (user and assistant messages).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct MessageView {
+    pub id: String,
+    /// 1, 2, … in the conversation's order.
+    pub position: i32,
+    /// `user`, `assistant`, `system` or `tool`.
+    pub role: String,
+    pub content: String,
+    pub name: Option<String>,
+    pub tokens: Option<i32>,
+    /// When the client says it was sent.
+    pub timestamp: Option<String>,
+    pub created_at: String,
+    /// The task remembering it; null for system and tool messages.
+    pub task_id: Option<String>,
+    /// The task's status: `pending`, `processing`, `completed` or `failed`.
+    pub task_status: Option<String>,
+    /// The memory it became, once stored.
+    pub memory_id: Option<String>,
+    pub cognitive_sector: Option<String>,
+    pub importance_score: Option<f32>,
+}
+
+/// A memory the LLM proxy put into a chat, with its search score.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct InjectedMemory {
+    pub id: String,
+    pub content: String,
+    pub score: f32,
+    pub created_at: String,
+}

@@ -6,7 +6,8 @@
 //!   embedder's own batched rate;
 //! - `bench locomo --data FILE`: turn-level retrieval recall on LoCoMo;
 //! - `bench search`: search latency over HTTP at 10,000 and 100,000 memories in one account;
-//! - `bench models`: public model-catalogue search latency over HTTP (the real litellm list).
+//! - `bench models`: public model-catalogue search latency over HTTP (the real litellm list);
+//! - `bench proxy`: the LLM proxy's added time over the stand-in upstream called directly.
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -67,6 +68,18 @@ pub enum Bench {
         #[arg(long, default_value_t = 1000)]
         queries: usize,
     },
+    /// The LLM proxy's overhead: the stand-in upstream called directly, then the same call
+    /// through Engram (memories searched and injected, the exchange remembered).
+    Proxy {
+        /// Memories in the account (real LoCoMo turns).
+        #[arg(long, default_value_t = 10000)]
+        memories: usize,
+        /// Requests measured per kind.
+        #[arg(long, default_value_t = 200)]
+        requests: usize,
+        #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
+        data: PathBuf,
+    },
     /// Search latency over HTTP at several account sizes.
     Search {
         #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
@@ -112,7 +125,131 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             data,
         } => search_latency(config, &sizes, queries, &data).await,
         Bench::Models { queries } => model_search(config, queries).await,
+        Bench::Proxy {
+            memories,
+            requests,
+            data,
+        } => proxy_overhead(config, memories, requests, &data).await,
     }
+}
+
+/// One chat completion: (time to the first body byte, total), in ms.
+async fn timed_chat(
+    http: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+    body: &Value,
+) -> anyhow::Result<(f64, f64)> {
+    let t = Instant::now();
+    let mut req = http.post(url).json(body);
+    if let Some(k) = key {
+        req = req.bearer_auth(k).header("x-engram-remember", "on");
+    }
+    let mut r = req.send().await?;
+    anyhow::ensure!(r.status().is_success(), "{url}: {}", r.status());
+    let mut first = None;
+    while let Some(chunk) = r.chunk().await? {
+        if first.is_none() && !chunk.is_empty() {
+            first = Some(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let total = t.elapsed().as_secs_f64() * 1e3;
+    Ok((first.unwrap_or(total), total))
+}
+
+async fn proxy_overhead(
+    config: Config,
+    memories: usize,
+    requests: usize,
+    data: &PathBuf,
+) -> anyhow::Result<()> {
+    let conversations = load_locomo(data)?;
+    let h = harness(&config, false).await?;
+    let (user, key) = h.account("proxy@bench.local").await?;
+    let turns: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|t| t.1.clone()))
+        .collect();
+    let questions: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.questions.iter().map(|q| q.0.clone()))
+        .collect();
+    let corpus: Vec<String> = turns.iter().cycle().take(memories).cloned().collect();
+    let vectors = h.state.embedder.embed_many(&turns).await?;
+    for (chunk_i, chunk) in corpus.chunks(2000).enumerate() {
+        let embeddings: Vec<String> = (0..chunk.len())
+            .map(|i| {
+                let v = &vectors[(chunk_i * 2000 + i) % turns.len()];
+                format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","))
+            })
+            .collect();
+        sqlx::query(
+            "insert into memories (id, user_id, project_id, content, metadata, cognitive_sector, importance_score, embedding, embedding_model)
+             select gen_random_uuid(), $1, 'default', c, '{}'::jsonb, 'semantic', 0.5, e::vector, 'all-MiniLM-L6-v2'
+             from unnest($2::text[], $3::text[]) as u(c, e)",
+        )
+        .bind(user)
+        .bind(chunk)
+        .bind(&embeddings)
+        .execute(&h.state.pool)
+        .await?;
+    }
+    {
+        let mut conn = h.state.pool.acquire().await?;
+        println!("# bench proxy: {memories} memories (real LoCoMo turns){}", settle(&mut conn).await?);
+    }
+    let (upstream, _) = crate::standin::spawn(crate::standin::Options {
+        delay_ms: 2,
+        ..Default::default()
+    })
+    .await;
+    h.post_put_settings(&key, &json!({"base_url": upstream, "api_key": "sk-bench", "model": "standin-small"}))
+        .await?;
+    let direct_url = format!("{upstream}/chat/completions");
+    let proxy_url = format!("{}/api/v1/chat/completions", h.base);
+    for stream in [false, true] {
+        let body = |q: &str| json!({"model": "standin-small", "stream": stream, "messages": [
+            {"role": "system", "content": "You are a helpful assistant with a long memory."},
+            {"role": "user", "content": q}]});
+        // Warm-up: connections, prepared statements, the catalogue.
+        for q in questions.iter().take(30) {
+            timed_chat(&h.http, &direct_url, None, &body(q)).await?;
+            timed_chat(&h.http, &proxy_url, Some(&key), &body(q)).await?;
+            h.post(&key, "/api/v1/memories/search", &json!({"query": q, "limit": 10})).await?;
+        }
+        let (mut d_first, mut d_total, mut p_first, mut p_total, mut search) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for q in questions.iter().cycle().skip(30).take(requests) {
+            // Alternated, so drift hits both alike.
+            let (f, t) = timed_chat(&h.http, &direct_url, None, &body(q)).await?;
+            d_first.push(f);
+            d_total.push(t);
+            let (f, t) = timed_chat(&h.http, &proxy_url, Some(&key), &body(q)).await?;
+            p_first.push(f);
+            p_total.push(t);
+            let t = Instant::now();
+            h.post(&key, "/api/v1/memories/search", &json!({"query": q, "limit": 10})).await?;
+            search.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (d_first, d_total, p_first, p_total, search) =
+            (sorted(d_first), sorted(d_total), sorted(p_first), sorted(p_total), sorted(search));
+        let row = |name: &str, v: &[f64]| {
+            format!("{name} p50 {:.2} ms, p95 {:.2} ms", percentile(v, 50.0), percentile(v, 95.0))
+        };
+        println!(
+            "\n{} ({requests} requests, one client):",
+            if stream { "streaming" } else { "not streaming" }
+        );
+        println!("  direct to the stand-in: {}; {}", row("first byte", &d_first), row("total", &d_total));
+        println!("  through Engram:         {}; {}", row("first byte", &p_first), row("total", &p_total));
+        println!(
+            "  added at p50: first byte {:.2} ms, total {:.2} ms; a search alone (HTTP): {}",
+            percentile(&p_first, 50.0) - percentile(&d_first, 50.0),
+            percentile(&p_total, 50.0) - percentile(&d_total, 50.0),
+            row("", &search).trim_start()
+        );
+    }
+    Ok(())
 }
 
 /// The mix of catalogue searches a person or an agent sends: names, typos, families with sizes,
@@ -305,6 +442,18 @@ impl Harness {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok((user.id, key.key))
+    }
+
+    async fn post_put_settings(&self, key: &str, body: &Value) -> anyhow::Result<()> {
+        let r = self
+            .http
+            .put(format!("{}/api/v1/proxy/settings", self.base))
+            .header("x-api-key", key)
+            .json(body)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status().is_success(), "proxy settings: {}", r.status());
+        Ok(())
     }
 
     async fn post(&self, key: &str, path: &str, body: &Value) -> anyhow::Result<Value> {

@@ -3,7 +3,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
+use app::core::proxy::{self, ProxySettings, Upstream};
 use app::core::state::{ClaimLimits, LimitSettings, LlmSettings, Settings};
+use sha2::Digest;
 
 /// Everything the process reads from its environment.
 #[derive(Debug, Clone)]
@@ -45,6 +47,47 @@ where
     }
 }
 
+/// The LLM proxy's settings: `ENGRAM_SECRET_KEY` (required in production), the server-wide
+/// upstream (`ENGRAM_UPSTREAM_BASE_URL`, `_API_KEY`, `_MODEL`, `_PROVIDER`),
+/// `ENGRAM_UPSTREAM_ALLOWED_HOSTS`, `ENGRAM_UPSTREAM_TIMEOUT_SECS`, `ENGRAM_PROXY_MIN_SCORE`.
+fn proxy_settings(production: bool, jwt_secret: &[u8]) -> anyhow::Result<ProxySettings> {
+    let secret_key: [u8; 32] = match var("ENGRAM_SECRET_KEY") {
+        Some(hex_key) => hex::decode(hex_key.trim())
+            .ok()
+            .and_then(|k| <[u8; 32]>::try_from(k).ok())
+            .ok_or_else(|| anyhow::anyhow!("ENGRAM_SECRET_KEY must be 64 hexadecimal characters (32 bytes; e.g. `openssl rand -hex 32`)"))?,
+        None if production => bail!("ENGRAM_SECRET_KEY is not set: production mode needs a key for sealing upstream API keys (e.g. `openssl rand -hex 32`)"),
+        // Development: derived from the JWT secret, so sealed keys survive a restart.
+        None => sha2::Sha256::digest([b"engram-upstream-keys:".as_slice(), jwt_secret].concat()).into(),
+    };
+    let default_upstream = var("ENGRAM_UPSTREAM_BASE_URL").map(|base_url| {
+        let base_url = base_url.trim_end_matches('/').to_string();
+        Upstream {
+            provider: var("ENGRAM_UPSTREAM_PROVIDER").or_else(|| proxy::provider_for(&base_url)),
+            api_key: var("ENGRAM_UPSTREAM_API_KEY"),
+            model: var("ENGRAM_UPSTREAM_MODEL"),
+            base_url,
+        }
+    });
+    let min_score: f32 = parse("ENGRAM_PROXY_MIN_SCORE", proxy::DEFAULT_MIN_SCORE)?;
+    if !(0.0..=1.0).contains(&min_score) {
+        bail!("ENGRAM_PROXY_MIN_SCORE must be between 0 and 1");
+    }
+    Ok(ProxySettings {
+        secret_key,
+        default_upstream,
+        allowed_hosts: var("ENGRAM_UPSTREAM_ALLOWED_HOSTS")
+            .unwrap_or_default()
+            .split(',')
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect(),
+        timeout: std::time::Duration::from_secs(parse("ENGRAM_UPSTREAM_TIMEOUT_SECS", 120)?),
+        min_score,
+        production,
+    })
+}
+
 impl Config {
     pub fn from_env() -> anyhow::Result<Self> {
         let mode = var("ENGRAM_MODE").unwrap_or_else(|| "development".into());
@@ -73,6 +116,7 @@ impl Config {
             }),
             _ => None,
         };
+        let proxy = proxy_settings(production, &jwt_secret)?;
         let settings = Settings {
             production,
             jwt_secret,
@@ -115,6 +159,7 @@ impl Config {
                 &var("ENGRAM_TRUSTED_PROXIES").unwrap_or_default(),
             )
             .map_err(|e| anyhow::anyhow!("ENGRAM_TRUSTED_PROXIES: {e}"))?,
+            proxy,
             key_cache: match var("ENGRAM_KEY_CACHE").as_deref() {
                 None | Some("on") => true,
                 Some("off") => false,

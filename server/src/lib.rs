@@ -6,6 +6,7 @@
 //! - `mcp`: the MCP endpoint at `/mcp` (streamable HTTP, the API's tools);
 //! - `portal`: the Leptos portal (SSR + hydration), its sessions and cross-site protection;
 //! - `sessions`: the PostgreSQL session store;
+//! - `standin`: a stand-in OpenAI-compatible LLM for the proxy's tests and bench;
 //! - `worker`: the apalis ingestion worker;
 //! - `telemetry`: logs, one line per request;
 //! - `bench`: the benchmark and evaluation commands.
@@ -16,6 +17,7 @@ pub mod guide;
 pub mod mcp;
 pub mod portal;
 pub mod sessions;
+pub mod standin;
 pub mod telemetry;
 pub mod worker;
 

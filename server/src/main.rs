@@ -37,6 +37,19 @@ enum Command {
         #[command(subcommand)]
         which: ModelsCommand,
     },
+    /// A stand-in OpenAI-compatible LLM (echoes, streams word by word) for tests and for trying
+    /// the proxy without a provider; see `server::standin`.
+    StandInLlm {
+        /// Address to serve on.
+        #[arg(long, default_value = "127.0.0.1:3901")]
+        bind: std::net::SocketAddr,
+        /// Answer 401 to any other bearer token.
+        #[arg(long)]
+        key: Option<String>,
+        /// Milliseconds between streamed words.
+        #[arg(long, default_value_t = 5)]
+        delay_ms: u64,
+    },
     /// Benchmarks: print measured figures.
     Bench {
         #[command(subcommand)]
@@ -101,6 +114,20 @@ fn main() -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 println!("{}", server::describe_import(&file, &report));
                 Ok(())
+            }
+            Command::StandInLlm {
+                bind,
+                key,
+                delay_ms,
+            } => {
+                let listener = tokio::net::TcpListener::bind(bind).await?;
+                println!("stand-in LLM on http://{bind}/v1");
+                let options = server::standin::Options {
+                    key,
+                    delay_ms,
+                    ..Default::default()
+                };
+                server::standin::serve(listener, options).await
             }
             Command::Bench { which } => server::bench::run(config, which).await,
         }

@@ -21,7 +21,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::api::extract::{authenticate_key, bearer_unauthorized};
+use crate::api::extract::{authenticate_key, bearer_unauthorized, presented_key};
 use crate::api::memories::{run_search, ListQuery, SearchRequest};
 use app::core::error::AppError;
 use app::core::keys::KeyOwner;
@@ -50,17 +50,6 @@ async fn no_stream() -> Response {
         Json(json!({"success": false, "detail": "This MCP server answers POST only (no SSE stream, no sessions)"})),
     )
         .into_response()
-}
-
-/// The key in `X-API-Key`, or an `engram_…` bearer token.
-fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    if let Some(v) = headers.get("x-api-key") {
-        return v.to_str().ok().map(str::trim);
-    }
-    let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
-    auth.strip_prefix("Bearer ")
-        .or_else(|| auth.strip_prefix("bearer "))
-        .map(str::trim)
 }
 
 /// A browser page of another site must not drive a local server (DNS rebinding): a request

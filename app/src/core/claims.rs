@@ -388,8 +388,17 @@ pub async fn verify(
 /// Moves everything of the machine account into the human account (inside the caller's
 /// transaction).
 async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()> {
+    // A conversation id of the client's own that both accounts use stays the human's.
+    sqlx::query(
+        "update conversations m set external_id = null where m.user_id = $1 and m.external_id is not null
+           and exists (select 1 from conversations h where h.user_id = $2 and h.external_id = m.external_id)",
+    )
+    .bind(machine)
+    .bind(human)
+    .execute(&mut *tx)
+    .await?;
     // The machine's default project merges into the human's default.
-    for table in ["memories", "tasks"] {
+    for table in ["memories", "tasks", "conversations"] {
         sqlx::query(sqlx::AssertSqlSafe(format!("update {table} set user_id = $2, project_id = 'default' where user_id = $1 and project_id = 'default'")))
             .bind(machine)
             .bind(human)
@@ -435,7 +444,8 @@ async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()>
             .execute(&mut *tx)
             .await?;
     }
-    // Projects move with their memories and tasks (on update cascade), then the keys.
+    // Projects move with their memories, tasks and conversations (on update cascade), then
+    // the keys.
     sqlx::query("update projects set user_id = $2 where user_id = $1")
         .bind(machine)
         .bind(human)

@@ -111,7 +111,27 @@ pub async fn enqueue_batch(
         .await
 }
 
-async fn resolve_project(state: &AppState, user_id: i64, project: &str) -> AppResult<String> {
+/// Queues memories of one project inside the caller's transaction, written with rows of its
+/// own (a conversation's messages): their task ids in order, and the batch's id when `batch`.
+pub async fn enqueue_in(
+    db: &mut sqlx::PgConnection,
+    user_id: i64,
+    project_id: &str,
+    memories: Vec<NewMemory>,
+    batch: bool,
+) -> AppResult<(Vec<Uuid>, Option<Uuid>)> {
+    let pending = Pending {
+        user_id,
+        project_id: project_id.to_string(),
+        memories,
+        batch,
+    };
+    let ids = Ids::new(&pending);
+    write_batch(db, std::slice::from_ref(&pending), std::slice::from_ref(&ids)).await?;
+    Ok((ids.tasks, ids.batch))
+}
+
+pub(crate) async fn resolve_project(state: &AppState, user_id: i64, project: &str) -> AppResult<String> {
     // Every account has its default project (it cannot be deleted): no lookup for it. Were it
     // missing, the write's foreign key would answer 404 as the lookup does.
     if project == projects::DEFAULT {

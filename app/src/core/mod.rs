@@ -5,7 +5,9 @@
 //! - `error`, `validate`: the contract's error type and FastAPI-shaped validation;
 //! - `state`: settings and the per-process state;
 //! - `crypto`: password hashes, tokens, keys, codes (hashes only are stored);
-//! - `accounts`, `keys`, `projects`, `memories`, `tasks`, `machines`, `claims`: resources;
+//! - `accounts`, `keys`, `projects`, `memories`, `tasks`, `machines`, `claims`,
+//!   `conversations`: resources;
+//! - `proxy`: the LLM proxy's upstreams (keys sealed), memory injection and request records;
 //! - `embed`, `classify`, `llm`, `ingest`: the model, the classifier and the queue job;
 //! - `search`: hybrid search; `terms`: cached term statistics for its BM25; `dates`: the days
 //!   a query or a memory's metadata names;
@@ -14,6 +16,7 @@
 //! - `group`: group commit, for the writes many requests or jobs make at once.
 pub mod accounts;
 pub mod claims;
+pub mod conversations;
 pub mod classify;
 pub mod clientaddr;
 pub mod crypto;
@@ -29,6 +32,7 @@ pub mod mail;
 pub mod memories;
 pub mod models;
 pub mod projects;
+pub mod proxy;
 pub mod ratelimit;
 pub mod search;
 pub mod smtp;

@@ -435,6 +435,33 @@ impl Loaded {
             self.entries.iter().map(|e| f(&e.model)).collect();
         set.into_iter().cloned().collect()
     }
+    /// The model a request names, as the upstream's provider calls it: its id, else the id
+    /// with the provider's route prefix (`mistral/mistral-large-latest`).
+    pub fn find_for(&self, model: &str, provider: Option<&str>) -> Option<&ModelView> {
+        self.get(model)
+            .or_else(|| provider.and_then(|p| self.get(&format!("{p}/{model}"))))
+    }
+    /// Chat models under their providers' own names (the route prefix taken off): of
+    /// `provider`, or every provider's first-party ones.
+    pub fn chat_models(&self, provider: Option<&str>) -> Vec<(String, &ModelView)> {
+        let mut seen = std::collections::HashSet::new();
+        self.entries
+            .iter()
+            .filter(|e| e.model.mode == "chat")
+            .filter(|e| match provider {
+                Some(p) => e.provider == p,
+                None => e.first_party,
+            })
+            .map(|e| {
+                let id = &e.model.id;
+                let name = provider
+                    .and_then(|p| id.strip_prefix(&format!("{p}/")))
+                    .unwrap_or(id);
+                (name.to_string(), &e.model)
+            })
+            .filter(|(name, _)| seen.insert(name.clone()))
+            .collect()
+    }
     pub fn get(&self, id: &str) -> Option<&ModelView> {
         self.entries
             .iter()

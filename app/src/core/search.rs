@@ -14,7 +14,8 @@
 //! - `bm25(m)` counts a query term's occurrences in `m` plus `CONTEXT_TERMS` times those in its
 //!   two neighbours (and the lengths likewise), with IDF from the scope's document frequencies.
 //! - A memory's neighbours are the memories submitted just before and after it in its stream
-//!   (same account, project and agent, at most `NEIGHBOUR_GAP` apart). A conversation stored
+//!   (same account, project, agent and conversation, at most `NEIGHBOUR_GAP` apart: the
+//!   `stream` column). A conversation stored
 //!   turn by turn keeps a question and its answer side by side, and the answer ("a sunset") is
 //!   often found only through the question ("What did you paint?"). Both neighbours count
 //!   alike: weighting the memory after `m` at 0.3, 0.5 or 0.7 of the one before lowered
@@ -324,15 +325,15 @@ async fn keyword_part(
     }
     // The best `pool_size` by BM25 of their own words are the keyword candidates.
     let anchors = "q as (select * from unnest($3::text[], $6::float8[]) as q(l, idf)),
-         cand as (select id, tsv, project_id, agent_id, seq from memories
+         cand as (select id, tsv, project_id, stream, seq from memories
                   where user_id = $1 and ($2::text is null or project_id = $2)
                     and tsv @@ (select string_agg(quote_literal(l), ' | ')::tsquery from unnest($7::text[]) l)
                   limit $12),
-         anchors as (select c.id, c.project_id, c.agent_id, c.seq from cand c
+         anchors as (select c.id, c.project_id, c.stream, c.seq from cand c
                      cross join lateral (select lexeme, coalesce(array_length(positions, 1), 1)::float8 as tf
                                          from unnest(c.tsv)) u
                      join q on q.l = u.lexeme
-                     group by c.id, c.tsv, c.project_id, c.agent_id, c.seq
+                     group by c.id, c.tsv, c.project_id, c.stream, c.seq
                      order by sum(q.idf * u.tf * ($8 + 1) / (u.tf + $8 * (1 - $9 + $9 * length(c.tsv) / $10))) desc
                      limit $11)";
     let (from, to) = days(range);
@@ -377,7 +378,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// The statement that reads candidates and their neighbours: `anchors` defines CTEs ending in
-/// `anchors (id, project_id, agent_id, seq)`; with `cosine`, `$6` is the query's vector,
+/// `anchors (id, project_id, stream, seq)`; with `cosine`, `$6` is the query's vector,
 /// otherwise the rows carry their vectors. Shared parameters: `$1` account, `$3` query terms,
 /// `$4`/`$5` the days the query names. Memories are read by primary key: the `limit 1` keeps
 /// the lookups apart (a join of the candidates with `memories` is planned as a scan of the
@@ -394,12 +395,12 @@ fn rows_sql(anchors: &str, cosine: bool) -> String {
                  union all
                  select a.id, p.id from anchors a cross join lateral (
                      select id from memories p where p.user_id = $1 and p.project_id = a.project_id
-                       and coalesce(p.agent_id, '') = coalesce(a.agent_id, '') and p.seq < a.seq
+                       and p.stream = a.stream and p.seq < a.seq
                      order by p.seq desc limit 2) p
                  union all
                  select a.id, n.id from anchors a cross join lateral (
                      select id from memories n where n.user_id = $1 and n.project_id = a.project_id
-                       and coalesce(n.agent_id, '') = coalesce(a.agent_id, '') and n.seq > a.seq
+                       and n.stream = a.stream and n.seq > a.seq
                      order by n.seq limit 2) n),
          ids as (select id, array_agg(anchor) as anchors from win group by id)
          select m.id, i.anchors, m.seq, m.importance_score, m.created_at, {vector},
@@ -457,9 +458,9 @@ async fn vector_rows(
                                  where $8 and user_id = $1 and ($2::text is null or project_id = $2)
                                    and event_day between $4 and $5 limit 2000) d
                  order by embedding <=> $6 limit $7),
-         anchors as (select m.id, m.project_id, m.agent_id, m.seq
+         anchors as (select m.id, m.project_id, m.stream, m.seq
                      from (select id from vec union select id from day) c
-                     cross join lateral (select id, project_id, agent_id, seq from memories m
+                     cross join lateral (select id, project_id, stream, seq from memories m
                                          where m.id = c.id and m.user_id = $1 limit 1) m
                      where c.id <> all($9))"
     );

@@ -40,6 +40,8 @@ pub struct Settings {
     pub key_cache: bool,
     /// Proxies whose `X-Forwarded-For` names the client (see `clientaddr`).
     pub trusted_proxies: super::clientaddr::TrustedProxies,
+    /// The LLM proxy: upstreams, the key sealing theirs, injection.
+    pub proxy: super::proxy::ProxySettings,
 }
 
 /// Rate limits of the contract; each can be raised by configuration.
@@ -117,6 +119,7 @@ impl Settings {
             claim_ttl_secs: 15 * 60,
             key_cache: true,
             trusted_proxies: Default::default(),
+            proxy: super::proxy::ProxySettings::for_tests(),
         }
     }
 }

@@ -404,6 +404,55 @@ impl Fields {
         }
     }
 
+    /// A required list of `min..=max` items, as sent; `None` (with the error) when missing, not
+    /// a list, or of the wrong length. Read each item with [`Self::item`].
+    pub fn list(&mut self, field: &str, min: usize, max: usize) -> Option<Vec<Value>> {
+        match self.map.get(field).cloned() {
+            None | Some(Value::Null) => {
+                self.error(field, "missing", "Field required", None);
+                None
+            }
+            Some(Value::Array(items)) if items.len() < min => {
+                let plural = if min == 1 { "item" } else { "items" };
+                let msg = format!(
+                    "List should have at least {min} {plural} after validation, not {}",
+                    items.len()
+                );
+                self.error(field, "too_short", msg, Some(json!({"min_length": min})));
+                None
+            }
+            Some(Value::Array(items)) if items.len() > max => {
+                let msg = format!(
+                    "List should have at most {max} items after validation, not {}",
+                    items.len()
+                );
+                self.error(field, "too_long", msg, Some(json!({"max_length": max})));
+                None
+            }
+            Some(Value::Array(items)) => Some(items),
+            Some(_) => {
+                self.error(field, "list_type", "Input should be a valid list", None);
+                None
+            }
+        }
+    }
+
+    /// Item `index` of the list `field`, read by its own rules; its errors are located in the
+    /// list (`[source, field, index, ...]`).
+    pub fn item<T: FromFields>(&mut self, field: &str, index: usize, item: Value) -> Option<T> {
+        match Fields::from_value(item).and_then(T::read) {
+            Ok(value) => Some(value),
+            Err(AppError::Validation(errors)) => {
+                for mut e in errors {
+                    e.loc.splice(1..1, [json!(field), json!(index)]);
+                    self.errors.push(e);
+                }
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// Adds an error found by a rule of the caller's (an e-mail check, a pattern).
     pub fn error(&mut self, field: &str, kind: &str, msg: impl Into<String>, ctx: Option<Value>) {
         let input = self.map.get(field).cloned();

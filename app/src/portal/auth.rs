@@ -115,6 +115,8 @@ pub fn Nav() -> impl IntoView {
                             <nav>
                                 <A href="/projects">"Projects"</A>
                                 <A href="/search">"Search"</A>
+                                <A href="/chat">"Chat"</A>
+                                <A href="/conversations">"Conversations"</A>
                                 <A href="/keys">"API keys"</A>
                                 <A href="/install">"Connect"</A>
                                 <A href="/claim">"Machines"</A>

@@ -5,9 +5,11 @@
 //! - `keys`: API keys;
 //! - `install`: the install guide (snippets with the user's own key);
 //! - `projects`: projects, a project's memories, adding a memory, search;
+//! - `chat`: the chat page (through the LLM proxy) and the conversations;
 //! - `models`: the public model catalogue (no log-in);
 //! - `claims`: the claim page, claimed machines, the development mailbox.
 pub mod auth;
+pub mod chat;
 pub mod claims;
 pub mod install;
 pub mod keys;
@@ -57,6 +59,9 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("projects"), ParamSegment("id")) view=projects::ProjectPage ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("memories"), ParamSegment("id")) view=projects::MemoryPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("search") view=projects::SearchPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("chat") view=chat::ChatPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("conversations") view=chat::ConversationsPage ssr=SsrMode::Async/>
+                    <Route path=(StaticSegment("conversations"), ParamSegment("id")) view=chat::ConversationPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("models") view=models::ModelsPage ssr=SsrMode::Async/>
                     <Route path=(StaticSegment("models"), WildcardSegment("id")) view=models::ModelPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("claim") view=claims::ClaimPage ssr=SsrMode::Async/>

@@ -68,6 +68,10 @@ pub struct ValidationErrorBody {
 pub const API_KEY: &str = "api_key";
 /// The security scheme of the bearer (JWT) routes.
 pub const BEARER: &str = "bearer";
+/// An API key as a bearer token, as OpenAI's SDKs send theirs (the `openai` routes).
+pub const BEARER_KEY: &str = "bearer_key";
+/// Operations answering errors in OpenAI's shape, not ours.
+pub const OPENAI_TAG: &str = "openai";
 
 /// The document's own parts: title, description, security schemes, tags.
 #[derive(utoipa::OpenApi)]
@@ -91,6 +95,9 @@ pub const BEARER: &str = "bearer";
         (name = "tasks", description = "Follow a queued memory (or batch) until it is stored"),
         (name = "agents", description = "Machine accounts: auto-registration, claims, statistics"),
         (name = "models", description = "The public catalogue of LLMs: context windows, prices, capabilities (no credential)"),
+        (name = "conversations", description = "Chats stored message by message; user and assistant messages are remembered"),
+        (name = "openai", description = "OpenAI-compatible routes: point an OpenAI SDK at `/api/v1` with an Engram key. Errors here are in OpenAI's shape, `{\"error\": {message, type, param, code}}`"),
+        (name = "proxy", description = "The LLM proxy's upstream for this account"),
         (name = "memoryx", description = "The paths MemoryX's published SDKs call, over the same functions"),
         (name = "service", description = "Health and readiness")
     )
@@ -120,15 +127,20 @@ impl Modify for SecuritySchemes {
                     .build(),
             ),
         );
+        components.add_security_scheme(
+            BEARER_KEY,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("engram_…")
+                    .description(Some("An API key as a bearer token (`Authorization: Bearer engram_…`), as OpenAI's SDKs send their `api_key`"))
+                    .build(),
+            ),
+        );
     }
 }
 
-fn error_response(description: &str, validation: bool) -> RefOr<Response> {
-    let schema = if validation {
-        "ValidationErrorBody"
-    } else {
-        "ErrorBody"
-    };
+fn error_response(description: &str, schema: &str) -> RefOr<Response> {
     ResponseBuilder::new()
         .description(description)
         .content(
@@ -160,11 +172,19 @@ impl Modify for StandardErrors {
                 let secured = op.security.as_ref().is_some_and(|s| !s.is_empty());
                 let has_body = op.request_body.is_some();
                 let has_params = op.parameters.as_ref().is_some_and(|p| !p.is_empty());
+                let openai = op.tags.as_ref().is_some_and(|t| t.iter().any(|t| t == OPENAI_TAG));
                 let responses = &mut op.responses.responses;
                 let mut add = |status: &str, description: &str, validation: bool| {
+                    // OpenAI's routes answer every error in OpenAI's shape, a bad body as 400.
+                    let schema = match (openai, validation) {
+                        (true, true) => return,
+                        (true, false) => "OpenAiErrorBody",
+                        (false, true) => "ValidationErrorBody",
+                        (false, false) => "ErrorBody",
+                    };
                     responses
                         .entry(status.to_string())
-                        .or_insert_with(|| error_response(description, validation));
+                        .or_insert_with(|| error_response(description, schema));
                 };
                 if secured {
                     add("401", "Missing, malformed or revoked credential", false);

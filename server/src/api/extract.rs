@@ -133,6 +133,18 @@ pub async fn authenticate_key(state: &AppState, secret: &str) -> Result<KeyOwner
     Ok(owner)
 }
 
+/// The key in `X-API-Key`, or a bearer token (`Authorization: Bearer engram_…`, as OpenAI's
+/// and MCP's clients send it).
+pub fn presented_key(headers: &axum::http::HeaderMap) -> Option<&str> {
+    if let Some(v) = headers.get("x-api-key") {
+        return v.to_str().ok().map(str::trim);
+    }
+    let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    auth.strip_prefix("Bearer ")
+        .or_else(|| auth.strip_prefix("bearer "))
+        .map(str::trim)
+}
+
 /// A valid bearer token of an existing user.
 pub struct BearerAuth(pub i64);
 

@@ -13,7 +13,7 @@ use super::agents::{register_machine, AutoRegisterRequest};
 use super::doc::ErrorBody;
 use super::extract::{ApiKeyAuth, Body, ClientIp, Query};
 use super::memories::{list_page, MemoryPage};
-use app::core::error::{AppError, AppResult, FieldError};
+use app::core::error::{AppResult, FieldError};
 use app::core::memories::{self, ListFilter, NewMemory, MAX_BATCH};
 use app::core::state::AppState;
 use app::core::validate::{Fields, FromFields, MAX_OFFSET};
@@ -148,70 +148,31 @@ impl FromFields for BatchRequest {
         let project_id = f.optional_str("project_id", 256).filter(|p| !p.is_empty());
         let project = project_id.as_deref().unwrap_or(projects::DEFAULT);
         let mut read = Vec::new();
-        match f.raw("memories").cloned() {
-            None | Some(Value::Null) => {
-                f.error("memories", "missing", "Field required", None);
-            }
-            Some(Value::Array(items)) if items.is_empty() || items.len() > MAX_BATCH => {
-                let (kind, msg, ctx) = if items.is_empty() {
-                    (
-                        "too_short",
-                        "List should have at least 1 item after validation, not 0".to_string(),
-                        json!({"min_length": 1}),
-                    )
-                } else {
-                    (
-                        "too_long",
-                        format!(
-                            "List should have at most {MAX_BATCH} items after validation, not {}",
-                            items.len()
-                        ),
-                        json!({"max_length": MAX_BATCH}),
-                    )
-                };
-                f.error("memories", kind, msg, Some(ctx));
-            }
-            Some(Value::Array(items)) => {
-                for (i, item) in items.into_iter().enumerate() {
-                    // An item without a project of its own goes to the batch's.
-                    let own_project = item
-                        .get("project_id")
-                        .and_then(Value::as_str)
-                        .is_some_and(|p| !p.trim().is_empty());
-                    // Each item under the single memory's rules; its errors located in the list.
-                    let checked = Fields::from_value(item).and_then(NewMemory::read);
-                    match checked {
-                        Ok(mut memory) if !own_project => {
-                            memory.project = project.to_string();
-                            read.push(memory);
-                        }
-                        Ok(memory) if memory.project != project => {
-                            let mut e = FieldError::new(
-                                &["body", "memories"],
-                                "value_error",
-                                "Value error, a batch's memories go to the batch's project_id",
-                            )
-                            .input(json!(memory.project));
-                            e.loc.extend([json!(i), json!("project_id")]);
-                            f.push_error(e);
-                        }
-                        Ok(memory) => read.push(memory),
-                        Err(AppError::Validation(errors)) => {
-                            for mut e in errors {
-                                e.loc.splice(1..1, [json!("memories"), json!(i)]);
-                                f.push_error(e);
-                            }
-                        }
-                        Err(_) => {}
-                    }
+        for (i, item) in f.list("memories", 1, MAX_BATCH).into_iter().flatten().enumerate() {
+            // An item without a project of its own goes to the batch's.
+            let own_project = item
+                .get("project_id")
+                .and_then(Value::as_str)
+                .is_some_and(|p| !p.trim().is_empty());
+            // Each item under the single memory's rules; its errors located in the list.
+            match f.item::<NewMemory>("memories", i, item) {
+                Some(mut memory) if !own_project => {
+                    memory.project = project.to_string();
+                    read.push(memory);
                 }
+                Some(memory) if memory.project != project => {
+                    let mut e = FieldError::new(
+                        &["body", "memories"],
+                        "value_error",
+                        "Value error, a batch's memories go to the batch's project_id",
+                    )
+                    .input(json!(memory.project));
+                    e.loc.extend([json!(i), json!("project_id")]);
+                    f.push_error(e);
+                }
+                Some(memory) => read.push(memory),
+                None => {}
             }
-            Some(_) => f.error(
-                "memories",
-                "list_type",
-                "Input should be a valid list",
-                None,
-            ),
         }
         BatchRequest {
             memories: read,
@@ -413,5 +374,86 @@ pub async fn get_task(
         result: (status == "SUCCESS").then(|| task.clone()),
         error: task.error.clone(),
         data: task,
+    }))
+}
+
+/// MemoryX's `send_conversation` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"conversation_id": "chat-2026-11-24", "messages": [
+    {"role": "user", "content": "Book the usual table for Friday", "timestamp": 1764000000000_i64, "tokens": 7},
+    {"role": "assistant", "content": "Done: Friday 8 pm at Cervejaria Ramiro", "timestamp": 1764000004000_i64, "tokens": 11}
+]}))]
+pub struct FlushRequest {
+    /// The client's id for the conversation: appended to if the account has one with this id,
+    /// else created. Null starts a new conversation.
+    #[schema(max_length = 256)]
+    pub conversation_id: Option<String>,
+    /// 1 to 100 messages, in order.
+    #[schema(min_items = 1, max_items = 100)]
+    pub messages: Vec<app::core::conversations::NewMessage>,
+    /// A project's id or name for a new conversation; `default` when omitted.
+    #[schema(max_length = 256)]
+    pub project_id: Option<String>,
+}
+
+impl FromFields for FlushRequest {
+    fn from_fields(f: &mut Fields) -> Self {
+        FlushRequest {
+            conversation_id: f.optional_str("conversation_id", 256).filter(|c| !c.is_empty()),
+            messages: app::core::conversations::read_messages(f),
+            project_id: f.optional_str("project_id", 256).filter(|p| !p.is_empty()),
+        }
+    }
+}
+
+/// A flush queued: one task for its messages' memories.
+#[derive(Serialize, ToSchema)]
+pub struct FlushQueued {
+    pub success: bool,
+    /// Completes when every remembered message is stored (`GET /api/v1/tasks/{task_id}`).
+    pub task_id: String,
+    /// `queued`, as MemoryX answers.
+    pub status: String,
+    pub message_count: usize,
+    /// The conversation's id here (a UUID).
+    pub conversation_id: String,
+}
+
+#[utoipa::path(post, path = "/api/v1/conversations/flush", tag = "memoryx",
+    security(("api_key" = [])),
+    request_body = FlushRequest,
+    responses(
+        (status = 200, description = "Stored; the messages' memories queued as one task", body = FlushQueued),
+        (status = 404, description = "Unknown project", body = ErrorBody),
+    ))]
+/// MemoryX's `send_conversation`: append to (or create) the conversation with the client's id.
+pub async fn flush_conversation(
+    State(state): State<AppState>,
+    ApiKeyAuth(owner): ApiKeyAuth,
+    Body(req): Body<FlushRequest>,
+) -> AppResult<Json<FlushQueued>> {
+    use app::core::conversations::{self, Target};
+    let project = match req.project_id.as_deref() {
+        Some(p) => projects::resolve(&state.pool, owner.user_id, p).await?,
+        None => projects::DEFAULT.to_string(),
+    };
+    let target = match req.conversation_id {
+        Some(id) => Target::External { id, project },
+        None => Target::New {
+            id: uuid::Uuid::new_v4(),
+            project,
+        },
+    };
+    let done =
+        conversations::append(&state.pool, owner.user_id, &target, &req.messages, true).await?;
+    Ok(Json(FlushQueued {
+        success: true,
+        task_id: done
+            .batch_id
+            .map(|b| b.to_string())
+            .unwrap_or_default(),
+        status: "queued".into(),
+        message_count: req.messages.len(),
+        conversation_id: done.conversation_id.to_string(),
     }))
 }

@@ -6,6 +6,9 @@
 //! - `accounts`, `keys`: `/api/auth/*`, `/api/keys` (bearer token);
 //! - `projects`, `memories`: `/api/v1/projects`, `/api/v1/memories`, `/api/v1/tasks` (`X-API-Key`);
 //! - `agents`: `/api/v1/agents/*`;
+//! - `conversations`: `/api/v1/conversations`;
+//! - `chat`: the OpenAI-compatible proxy, `/api/v1/chat/completions`, `/api/v1/models` and
+//!   `/api/v1/proxy/settings`;
 //! - `models`: `/api/v1/models/search`, the public model catalogue;
 //! - `memoryx`: the paths MemoryX's SDKs call, as aliases over the same functions.
 //!
@@ -13,6 +16,8 @@
 //! documentation together: a JSON route cannot exist without its entry in `/api/openapi.json`.
 pub mod accounts;
 pub mod agents;
+pub mod chat;
+pub mod conversations;
 pub mod doc;
 pub mod extract;
 pub mod keys;
@@ -59,6 +64,13 @@ fn documented() -> (Router<AppState>, OpenApi) {
         .routes(routes!(memoryx::create_batch))
         .routes(routes!(memoryx::list_memories))
         .routes(routes!(memoryx::get_task))
+        .routes(routes!(conversations::list_conversations, conversations::create_conversation))
+        .routes(routes!(conversations::get_conversation, conversations::delete_conversation))
+        .routes(routes!(conversations::append_messages))
+        .routes(routes!(memoryx::flush_conversation))
+        .routes(routes!(chat::chat_completions))
+        .routes(routes!(chat::list_models))
+        .routes(routes!(chat::get_proxy_settings, chat::put_proxy_settings, chat::delete_proxy_settings))
         .routes(routes!(models::search_models))
         .routes(routes!(models::get_model))
         .split_for_parts();
