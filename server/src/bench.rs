@@ -180,7 +180,13 @@ async fn proxy_overhead(
         let embeddings: Vec<String> = (0..chunk.len())
             .map(|i| {
                 let v = &vectors[(chunk_i * 2000 + i) % turns.len()];
-                format!("[{}]", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","))
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
             })
             .collect();
         sqlx::query(
@@ -196,26 +202,39 @@ async fn proxy_overhead(
     }
     {
         let mut conn = h.state.pool.acquire().await?;
-        println!("# bench proxy: {memories} memories (real LoCoMo turns){}", settle(&mut conn).await?);
+        println!(
+            "# bench proxy: {memories} memories (real LoCoMo turns){}",
+            settle(&mut conn).await?
+        );
     }
     let (upstream, _) = crate::standin::spawn(crate::standin::Options {
         delay_ms: 2,
         ..Default::default()
     })
     .await;
-    h.post_put_settings(&key, &json!({"base_url": upstream, "api_key": "sk-bench", "model": "standin-small"}))
-        .await?;
+    h.post_put_settings(
+        &key,
+        &json!({"base_url": upstream, "api_key": "sk-bench", "model": "standin-small"}),
+    )
+    .await?;
     let direct_url = format!("{upstream}/chat/completions");
     let proxy_url = format!("{}/api/v1/chat/completions", h.base);
     for stream in [false, true] {
-        let body = |q: &str| json!({"model": "standin-small", "stream": stream, "messages": [
+        let body = |q: &str| {
+            json!({"model": "standin-small", "stream": stream, "messages": [
             {"role": "system", "content": "You are a helpful assistant with a long memory."},
-            {"role": "user", "content": q}]});
+            {"role": "user", "content": q}]})
+        };
         // Warm-up: connections, prepared statements, the catalogue.
         for q in questions.iter().take(30) {
             timed_chat(&h.http, &direct_url, None, &body(q)).await?;
             timed_chat(&h.http, &proxy_url, Some(&key), &body(q)).await?;
-            h.post(&key, "/api/v1/memories/search", &json!({"query": q, "limit": 10})).await?;
+            h.post(
+                &key,
+                "/api/v1/memories/search",
+                &json!({"query": q, "limit": 10}),
+            )
+            .await?;
         }
         let (mut d_first, mut d_total, mut p_first, mut p_total, mut search) =
             (vec![], vec![], vec![], vec![], vec![]);
@@ -228,20 +247,42 @@ async fn proxy_overhead(
             p_first.push(f);
             p_total.push(t);
             let t = Instant::now();
-            h.post(&key, "/api/v1/memories/search", &json!({"query": q, "limit": 10})).await?;
+            h.post(
+                &key,
+                "/api/v1/memories/search",
+                &json!({"query": q, "limit": 10}),
+            )
+            .await?;
             search.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        let (d_first, d_total, p_first, p_total, search) =
-            (sorted(d_first), sorted(d_total), sorted(p_first), sorted(p_total), sorted(search));
+        let (d_first, d_total, p_first, p_total, search) = (
+            sorted(d_first),
+            sorted(d_total),
+            sorted(p_first),
+            sorted(p_total),
+            sorted(search),
+        );
         let row = |name: &str, v: &[f64]| {
-            format!("{name} p50 {:.2} ms, p95 {:.2} ms", percentile(v, 50.0), percentile(v, 95.0))
+            format!(
+                "{name} p50 {:.2} ms, p95 {:.2} ms",
+                percentile(v, 50.0),
+                percentile(v, 95.0)
+            )
         };
         println!(
             "\n{} ({requests} requests, one client):",
             if stream { "streaming" } else { "not streaming" }
         );
-        println!("  direct to the stand-in: {}; {}", row("first byte", &d_first), row("total", &d_total));
-        println!("  through Engram:         {}; {}", row("first byte", &p_first), row("total", &p_total));
+        println!(
+            "  direct to the stand-in: {}; {}",
+            row("first byte", &d_first),
+            row("total", &d_total)
+        );
+        println!(
+            "  through Engram:         {}; {}",
+            row("first byte", &p_first),
+            row("total", &p_total)
+        );
         println!(
             "  added at p50: first byte {:.2} ms, total {:.2} ms; a search alone (HTTP): {}",
             percentile(&p_first, 50.0) - percentile(&d_first, 50.0),

@@ -182,7 +182,11 @@ fn reply_to(body: &Value) -> String {
     reply
 }
 
-async fn completions(State(s): State<StandIn>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+async fn completions(
+    State(s): State<StandIn>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     let authorization = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -194,13 +198,32 @@ async fn completions(State(s): State<StandIn>, headers: HeaderMap, Json(body): J
         .push(json!({"authorization": authorization, "x_api_key": headers.get("x-api-key").and_then(|v| v.to_str().ok()), "body": body}));
     if let Some(key) = &s.options.key {
         if authorization.as_deref() != Some(&format!("Bearer {key}")) {
-            return error(StatusCode::UNAUTHORIZED, "invalid_api_key", "Incorrect API key provided");
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "invalid_api_key",
+                "Incorrect API key provided",
+            );
         }
     }
-    let model = body["model"].as_str().unwrap_or("standin-small").to_string();
+    let model = body["model"]
+        .as_str()
+        .unwrap_or("standin-small")
+        .to_string();
     match model.as_str() {
-        "error-500" => return error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "The stand-in failed on purpose"),
-        "error-429" => return error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded", "The stand-in is rate-limited on purpose"),
+        "error-500" => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "The stand-in failed on purpose",
+            )
+        }
+        "error-429" => {
+            return error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_exceeded",
+                "The stand-in is rate-limited on purpose",
+            )
+        }
         "slow" => tokio::time::sleep(Duration::from_millis(s.options.slow_ms)).await,
         _ => {}
     }
@@ -265,7 +288,8 @@ async fn completions(State(s): State<StandIn>, headers: HeaderMap, Json(body): J
         }
         recorder.finished.fetch_add(1, Ordering::SeqCst);
     });
-    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
     Response::builder()
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")

@@ -850,62 +850,285 @@ async fn every_response_matches_the_document() {
 
     // Conversations.
     let (s, conv) = c
-        .call(&app, M::POST, "/api/v1/conversations", &[], Some(&json!({"title": "Doc chat"})), k)
+        .call(
+            &app,
+            M::POST,
+            "/api/v1/conversations",
+            &[],
+            Some(&json!({"title": "Doc chat"})),
+            k,
+        )
         .await;
     assert_eq!(s, 200, "{conv}");
     let conv_id = conv["data"]["id"].as_str().unwrap().to_string();
-    assert_eq!(c.call(&app, M::POST, "/api/v1/conversations", &[], Some(&json!({"project_id": "nope"})), k).await.0, 404);
-    assert_eq!(c.call(&app, M::POST, "/api/v1/conversations", &[], Some(&json!({"title": 3})), k).await.0, 422);
+    assert_eq!(
+        c.call(
+            &app,
+            M::POST,
+            "/api/v1/conversations",
+            &[],
+            Some(&json!({"project_id": "nope"})),
+            k
+        )
+        .await
+        .0,
+        404
+    );
+    assert_eq!(
+        c.call(
+            &app,
+            M::POST,
+            "/api/v1/conversations",
+            &[],
+            Some(&json!({"title": 3})),
+            k
+        )
+        .await
+        .0,
+        422
+    );
     let msgs = json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "I moved to Lisbon last spring"}]});
     let (s, appended) = c
-        .call(&app, M::POST, "/api/v1/conversations/{conversation_id}/messages", &[&conv_id], Some(&msgs), k)
+        .call(
+            &app,
+            M::POST,
+            "/api/v1/conversations/{conversation_id}/messages",
+            &[&conv_id],
+            Some(&msgs),
+            k,
+        )
         .await;
     assert_eq!(s, 200, "{appended}");
     let task = appended["task_ids"][1].as_str().unwrap().to_string();
     app.wait_task(&key, &task).await;
-    assert_eq!(c.call(&app, M::POST, "/api/v1/conversations/{conversation_id}/messages", &[&conv_id], Some(&json!({"messages": [{"role": "x", "content": "y"}]})), k).await.0, 422);
-    assert_eq!(c.call(&app, M::POST, "/api/v1/conversations/{conversation_id}/messages", &["00000000-0000-0000-0000-000000000000"], Some(&msgs), k).await.0, 404);
-    assert_eq!(c.call(&app, M::GET, "/api/v1/conversations", &[], None, k).await.0, 200);
-    assert_eq!(c.call(&app, M::GET, "/api/v1/conversations?limit=0", &[], None, k).await.0, 422);
-    let (s, got) = c.call(&app, M::GET, "/api/v1/conversations/{conversation_id}", &[&conv_id], None, k).await;
+    assert_eq!(
+        c.call(
+            &app,
+            M::POST,
+            "/api/v1/conversations/{conversation_id}/messages",
+            &[&conv_id],
+            Some(&json!({"messages": [{"role": "x", "content": "y"}]})),
+            k
+        )
+        .await
+        .0,
+        422
+    );
+    assert_eq!(
+        c.call(
+            &app,
+            M::POST,
+            "/api/v1/conversations/{conversation_id}/messages",
+            &["00000000-0000-0000-0000-000000000000"],
+            Some(&msgs),
+            k
+        )
+        .await
+        .0,
+        404
+    );
+    assert_eq!(
+        c.call(&app, M::GET, "/api/v1/conversations", &[], None, k)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        c.call(&app, M::GET, "/api/v1/conversations?limit=0", &[], None, k)
+            .await
+            .0,
+        422
+    );
+    let (s, got) = c
+        .call(
+            &app,
+            M::GET,
+            "/api/v1/conversations/{conversation_id}",
+            &[&conv_id],
+            None,
+            k,
+        )
+        .await;
     assert_eq!(s, 200, "{got}");
     assert_eq!(got["messages"][1]["task_status"], "completed");
-    assert_eq!(c.call(&app, M::GET, "/api/v1/conversations/{conversation_id}", &["nope"], None, k).await.0, 404);
+    assert_eq!(
+        c.call(
+            &app,
+            M::GET,
+            "/api/v1/conversations/{conversation_id}",
+            &["nope"],
+            None,
+            k
+        )
+        .await
+        .0,
+        404
+    );
     let flush = json!({"conversation_id": "doc-chat", "messages": [{"role": "user", "content": "hi", "timestamp": 1_764_000_000_000_i64, "tokens": 1}]});
-    assert_eq!(c.call(&app, M::POST, "/api/v1/conversations/flush", &[], Some(&flush), k).await.0, 200);
-    assert_eq!(c.call(&app, M::POST, "/api/v1/conversations/flush", &[], Some(&json!({"messages": []})), k).await.0, 422);
-    assert_eq!(c.call(&app, M::DELETE, "/api/v1/conversations/{conversation_id}?memories=delete", &[&conv_id], None, k).await.0, 200);
-    assert_eq!(c.call(&app, M::DELETE, "/api/v1/conversations/{conversation_id}", &[&conv_id], None, k).await.0, 404);
+    assert_eq!(
+        c.call(
+            &app,
+            M::POST,
+            "/api/v1/conversations/flush",
+            &[],
+            Some(&flush),
+            k
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            &app,
+            M::POST,
+            "/api/v1/conversations/flush",
+            &[],
+            Some(&json!({"messages": []})),
+            k
+        )
+        .await
+        .0,
+        422
+    );
+    assert_eq!(
+        c.call(
+            &app,
+            M::DELETE,
+            "/api/v1/conversations/{conversation_id}?memories=delete",
+            &[&conv_id],
+            None,
+            k
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            &app,
+            M::DELETE,
+            "/api/v1/conversations/{conversation_id}",
+            &[&conv_id],
+            None,
+            k
+        )
+        .await
+        .0,
+        404
+    );
 
     // The proxy: settings, then OpenAI's routes against the stand-in upstream.
     let (upstream, _) = server::standin::spawn(server::standin::Options::default()).await;
-    let (s, none) = c.call(&app, M::GET, "/api/v1/proxy/settings", &[], None, k).await;
+    let (s, none) = c
+        .call(&app, M::GET, "/api/v1/proxy/settings", &[], None, k)
+        .await;
     assert_eq!((s, none["data"]["source"].as_str()), (200, Some("none")));
-    assert_eq!(c.call(&app, M::DELETE, "/api/v1/proxy/settings", &[], None, k).await.0, 404);
-    let bearer_chat = |c: &mut Conformance, status: u16, body: &Value| c.check("POST", "/api/v1/chat/completions", status, body);
+    assert_eq!(
+        c.call(&app, M::DELETE, "/api/v1/proxy/settings", &[], None, k)
+            .await
+            .0,
+        404
+    );
+    let bearer_chat = |c: &mut Conformance, status: u16, body: &Value| {
+        c.check("POST", "/api/v1/chat/completions", status, body)
+    };
     let chat = json!({"messages": [{"role": "user", "content": "Where do I live?"}]});
-    let (s, b) = body(app.http.post(app.url("/api/v1/chat/completions")).bearer_auth(&key).json(&chat).send().await.unwrap()).await;
+    let (s, b) = body(
+        app.http
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth(&key)
+            .json(&chat)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 400, "no upstream yet: {b}");
     bearer_chat(&mut c, 400, &b);
-    assert_eq!(c.call(&app, M::PUT, "/api/v1/proxy/settings", &[], Some(&json!({"base_url": "ftp://x"})), k).await.0, 422);
+    assert_eq!(
+        c.call(
+            &app,
+            M::PUT,
+            "/api/v1/proxy/settings",
+            &[],
+            Some(&json!({"base_url": "ftp://x"})),
+            k
+        )
+        .await
+        .0,
+        422
+    );
     let (s, set) = c
-        .call(&app, M::PUT, "/api/v1/proxy/settings", &[], Some(&json!({"base_url": upstream, "api_key": "sk-doc", "model": "standin-small"})), k)
+        .call(
+            &app,
+            M::PUT,
+            "/api/v1/proxy/settings",
+            &[],
+            Some(&json!({"base_url": upstream, "api_key": "sk-doc", "model": "standin-small"})),
+            k,
+        )
         .await;
     assert_eq!(s, 200, "{set}");
-    let (s, b) = body(app.http.post(app.url("/api/v1/chat/completions")).bearer_auth(&key).json(&chat).send().await.unwrap()).await;
+    let (s, b) = body(
+        app.http
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth(&key)
+            .json(&chat)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 200, "{b}");
     bearer_chat(&mut c, 200, &b);
-    let (s, b) = body(app.http.post(app.url("/api/v1/chat/completions")).bearer_auth("engram_wrong").json(&chat).send().await.unwrap()).await;
+    let (s, b) = body(
+        app.http
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth("engram_wrong")
+            .json(&chat)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 401);
     bearer_chat(&mut c, 401, &b);
-    let (s, b) = body(app.http.post(app.url("/api/v1/chat/completions")).bearer_auth(&key).header("x-engram-project", "nope").json(&chat).send().await.unwrap()).await;
+    let (s, b) = body(
+        app.http
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("x-engram-project", "nope")
+            .json(&chat)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, 404);
     bearer_chat(&mut c, 404, &b);
-    let (s, b) = c.call(&app, M::GET, "/api/v1/models", &[], None, Bearer(&key)).await;
+    let (s, b) = c
+        .call(&app, M::GET, "/api/v1/models", &[], None, Bearer(&key))
+        .await;
     assert_eq!(s, 200, "{b}");
-    assert_eq!(c.call(&app, M::GET, "/api/v1/models", &[], None, Anon).await.0, 401);
-    assert_eq!(c.call(&app, M::GET, "/api/v1/proxy/settings", &[], None, k).await.0, 200);
-    assert_eq!(c.call(&app, M::DELETE, "/api/v1/proxy/settings", &[], None, k).await.0, 200);
+    assert_eq!(
+        c.call(&app, M::GET, "/api/v1/models", &[], None, Anon)
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        c.call(&app, M::GET, "/api/v1/proxy/settings", &[], None, k)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        c.call(&app, M::DELETE, "/api/v1/proxy/settings", &[], None, k)
+            .await
+            .0,
+        200
+    );
 
     c.assert_all_exercised();
 }

@@ -23,7 +23,12 @@ async fn setup_with(
     let app = spawn_with(opts).await;
     let (_, key) = app.user(email).await;
     let (url, recorder) = standin::spawn(standin::Options::default()).await;
-    let (s, b) = put_settings(&app, &key, json!({"base_url": url, "api_key": "sk-standin-upstream-key", "model": "standin-small"})).await;
+    let (s, b) = put_settings(
+        &app,
+        &key,
+        json!({"base_url": url, "api_key": "sk-standin-upstream-key", "model": "standin-small"}),
+    )
+    .await;
     assert_eq!(s, 200, "{b}");
     (app, key, url, recorder)
 }
@@ -89,24 +94,49 @@ async fn a_chat_gets_the_users_memories_and_is_remembered() {
     .await
     .unwrap();
     assert_eq!(response.status(), 200);
-    let memories = response.headers()["x-engram-memories"].to_str().unwrap().to_string();
-    let conversation = response.headers()["x-engram-conversation"].to_str().unwrap().to_string();
+    let memories = response.headers()["x-engram-memories"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let conversation = response.headers()["x-engram-conversation"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["object"], "chat.completion");
-    let reply = answer["choices"][0]["message"]["content"].as_str().unwrap().to_string();
-    assert!(reply.contains("allergic to peanuts"), "the reply shows the injected memory: {reply}");
+    let reply = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        reply.contains("allergic to peanuts"),
+        "the reply shows the injected memory: {reply}"
+    );
     assert!(memories.split(',').any(|id| id == stored[0]), "{memories}");
     let (_, scored) = app
-        .post_json("/api/v1/memories/search", &json!({"query": "Which dishes should Mia avoid because of her peanut allergy?"}), Some(&key))
+        .post_json(
+            "/api/v1/memories/search",
+            &json!({"query": "Which dishes should Mia avoid because of her peanut allergy?"}),
+            Some(&key),
+        )
         .await;
-    assert!(!memories.contains(&stored[1]), "the unrelated memory is under the floor: {memories} {scored}");
+    assert!(
+        !memories.contains(&stored[1]),
+        "the unrelated memory is under the floor: {memories} {scored}"
+    );
 
     // What the upstream received: its own key (never ours), the other fields as sent, and the
     // memories as one system message after the request's own system prompt.
     let received = upstream.requests();
     assert_eq!(received.len(), 1);
-    assert_eq!(received[0]["authorization"], "Bearer sk-standin-upstream-key");
-    assert!(!received[0].to_string().contains(&key), "the Engram key never goes upstream");
+    assert_eq!(
+        received[0]["authorization"],
+        "Bearer sk-standin-upstream-key"
+    );
+    assert!(
+        !received[0].to_string().contains(&key),
+        "the Engram key never goes upstream"
+    );
     let sent = &received[0]["body"];
     assert_eq!(sent["temperature"], 0.2);
     let msgs = sent["messages"].as_array().unwrap();
@@ -115,7 +145,11 @@ async fn a_chat_gets_the_users_memories_and_is_remembered() {
     assert_eq!(msgs[1]["role"], "system");
     let injected = msgs[1]["content"].as_str().unwrap();
     assert!(injected.starts_with("Relevant memories"), "{injected}");
-    assert!(injected.contains("- [") && injected.contains("] My daughter Mia is severely allergic to peanuts."), "{injected}");
+    assert!(
+        injected.contains("- [")
+            && injected.contains("] My daughter Mia is severely allergic to peanuts."),
+        "{injected}"
+    );
     assert_eq!(msgs[2]["role"], "user");
 
     // Remembered after the answer: the user's turn and the reply, in the conversation named.
@@ -127,13 +161,26 @@ async fn a_chat_gets_the_users_memories_and_is_remembered() {
     let (_, got) = app.get(&path, Some(&key)).await;
     assert_eq!(got["messages"][0]["role"], "user");
     assert_eq!(got["messages"][1]["content"], reply.as_str());
-    let task = app.wait_task(&key, got["messages"][1]["task_id"].as_str().unwrap()).await;
+    let task = app
+        .wait_task(&key, got["messages"][1]["task_id"].as_str().unwrap())
+        .await;
     assert_eq!(task["status"], "completed");
     // … and found again by search.
     let (_, found) = app
-        .post_json("/api/v1/memories/search", &json!({"query": "Stand-in reply about Mia's peanut allergy"}), Some(&key))
+        .post_json(
+            "/api/v1/memories/search",
+            &json!({"query": "Stand-in reply about Mia's peanut allergy"}),
+            Some(&key),
+        )
         .await;
-    assert!(found["data"].as_array().unwrap().iter().any(|h| h["metadata"]["conversation_id"] == conversation.as_str()), "{found}");
+    assert!(
+        found["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["metadata"]["conversation_id"] == conversation.as_str()),
+        "{found}"
+    );
 
     // The request is recorded with the upstream's token counts.
     let (prompt, completion, estimated): (i32, i32, bool) = sqlx::query_as(
@@ -146,13 +193,20 @@ async fn a_chat_gets_the_users_memories_and_is_remembered() {
     assert!(prompt > 0 && !estimated);
 
     // The next turn, naming the conversation, appends to it.
-    let response = chat(&app, &key, json!({"messages": [{"role": "user", "content": "And which desserts are safe for her?"}]}))
-        .header("x-engram-conversation", &conversation)
-        .send()
-        .await
-        .unwrap();
+    let response = chat(
+        &app,
+        &key,
+        json!({"messages": [{"role": "user", "content": "And which desserts are safe for her?"}]}),
+    )
+    .header("x-engram-conversation", &conversation)
+    .send()
+    .await
+    .unwrap();
     assert_eq!(response.status(), 200);
-    assert_eq!(response.headers()["x-engram-conversation"], conversation.as_str());
+    assert_eq!(
+        response.headers()["x-engram-conversation"],
+        conversation.as_str()
+    );
     eventually("the second exchange is appended", || async {
         app.get(&path, Some(&key)).await.1["data"]["message_count"] == 4
     })
@@ -164,41 +218,72 @@ async fn a_chat_gets_the_users_memories_and_is_remembered() {
 #[tokio::test]
 async fn injection_and_remembering_can_be_turned_off() {
     let (app, key, _, upstream) = setup("quiet@example.com").await;
-    app.store_all(&key, vec![json!({"content": "My daughter Mia is severely allergic to peanuts."})]).await;
+    app.store_all(
+        &key,
+        vec![json!({"content": "My daughter Mia is severely allergic to peanuts."})],
+    )
+    .await;
     let messages = json!([
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Which dishes should Mia avoid because of her peanut allergy?"}
     ]);
-    let response = chat(&app, &key, json!({"model": "standin-small", "messages": messages}))
-        .header("x-engram-inject", "off")
-        .header("x-engram-remember", "off")
-        .send()
-        .await
-        .unwrap();
+    let response = chat(
+        &app,
+        &key,
+        json!({"model": "standin-small", "messages": messages}),
+    )
+    .header("x-engram-inject", "off")
+    .header("x-engram-remember", "off")
+    .send()
+    .await
+    .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-engram-memories"], "");
     assert!(response.headers().get("x-engram-conversation").is_none());
-    assert_eq!(upstream.requests()[0]["body"]["messages"], messages, "forwarded untouched");
+    assert_eq!(
+        upstream.requests()[0]["body"]["messages"],
+        messages,
+        "forwarded untouched"
+    );
     // Recorded, not remembered.
     eventually("the request is recorded", || async {
-        sqlx::query_scalar::<_, i64>("select count(*) from proxy_requests").fetch_one(&app.pool).await.unwrap() == 1
+        sqlx::query_scalar::<_, i64>("select count(*) from proxy_requests")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap()
+            == 1
     })
     .await;
     let (_, list) = app.get("/api/v1/conversations", Some(&key)).await;
     assert_eq!(list["total"], 0);
 
     // The budget and limit headers bound what is injected.
-    app.store_all(&key, vec![json!({"content": "Mia also cannot eat tree nuts like cashews."})]).await;
+    app.store_all(
+        &key,
+        vec![json!({"content": "Mia also cannot eat tree nuts like cashews."})],
+    )
+    .await;
     let response = chat(&app, &key, json!({"messages": messages}))
         .header("x-engram-limit", "1")
         .header("x-engram-remember", "off")
         .send()
         .await
         .unwrap();
-    let ids = response.headers()["x-engram-memories"].to_str().unwrap().to_string();
+    let ids = response.headers()["x-engram-memories"]
+        .to_str()
+        .unwrap()
+        .to_string();
     assert_eq!(ids.split(',').filter(|s| !s.is_empty()).count(), 1, "{ids}");
-    for (header, value) in [("x-engram-limit", "0"), ("x-engram-budget", "lots"), ("x-engram-inject", "maybe")] {
-        let r = chat(&app, &key, json!({"messages": messages})).header(header, value).send().await.unwrap();
+    for (header, value) in [
+        ("x-engram-limit", "0"),
+        ("x-engram-budget", "lots"),
+        ("x-engram-inject", "maybe"),
+    ] {
+        let r = chat(&app, &key, json!({"messages": messages}))
+            .header(header, value)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 400, "{header}: {value}");
         let b: Value = r.json().await.unwrap();
         assert_eq!(b["error"]["type"], "invalid_request_error", "{b}");
@@ -217,8 +302,14 @@ async fn streams_pass_through_unbuffered_and_the_reply_is_remembered() {
     .await
     .unwrap();
     assert_eq!(response.status(), 200);
-    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
-    let conversation = response.headers()["x-engram-conversation"].to_str().unwrap().to_string();
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let conversation = response.headers()["x-engram-conversation"]
+        .to_str()
+        .unwrap()
+        .to_string();
     // The upstream holds the rest of its answer until released: whatever arrives now was
     // passed on while the upstream had not finished.
     let mut first = String::new();
@@ -230,8 +321,16 @@ async fn streams_pass_through_unbuffered_and_the_reply_is_remembered() {
             .expect("the stream is open");
         first.push_str(&String::from_utf8_lossy(&chunk));
     }
-    assert_eq!(upstream.finished.load(Ordering::SeqCst), 0, "the upstream has not finished");
-    reqwest::Client::new().post(url.replace("/v1", "/_release")).send().await.unwrap();
+    assert_eq!(
+        upstream.finished.load(Ordering::SeqCst),
+        0,
+        "the upstream has not finished"
+    );
+    reqwest::Client::new()
+        .post(url.replace("/v1", "/_release"))
+        .send()
+        .await
+        .unwrap();
     let mut all = first;
     while let Some(chunk) = response.chunk().await.unwrap() {
         all.push_str(&String::from_utf8_lossy(&chunk));
@@ -241,9 +340,16 @@ async fn streams_pass_through_unbuffered_and_the_reply_is_remembered() {
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect();
-    assert_eq!(reply, "Stand-in reply to: Tell me a long story [hold] about the sea");
+    assert_eq!(
+        reply,
+        "Stand-in reply to: Tell me a long story [hold] about the sea"
+    );
 
     let path = format!("/api/v1/conversations/{conversation}");
     eventually("the streamed exchange is appended", || async {
@@ -272,7 +378,10 @@ async fn a_client_that_goes_away_cancels_the_upstream() {
     .send()
     .await
     .unwrap();
-    let conversation = response.headers()["x-engram-conversation"].to_str().unwrap().to_string();
+    let conversation = response.headers()["x-engram-conversation"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let chunk = response.chunk().await.unwrap();
     assert!(chunk.is_some());
     drop(response);
@@ -283,7 +392,11 @@ async fn a_client_that_goes_away_cancels_the_upstream() {
     assert_eq!(upstream.finished.load(Ordering::SeqCst), 0);
     // Recorded as cut short; the user's turn remembered, the partial reply not.
     eventually("the request is recorded", || async {
-        sqlx::query_scalar::<_, i32>("select status from proxy_requests").fetch_optional(&app.pool).await.unwrap() == Some(499)
+        sqlx::query_scalar::<_, i32>("select status from proxy_requests")
+            .fetch_optional(&app.pool)
+            .await
+            .unwrap()
+            == Some(499)
     })
     .await;
     let path = format!("/api/v1/conversations/{conversation}");
@@ -302,39 +415,82 @@ async fn errors_are_in_openais_shape() {
     let error_of = |b: &Value| b["error"]["type"].as_str().unwrap_or_default().to_string();
 
     // A bad or missing Engram key.
-    let r = chat(&app, "engram_notakey", json!({"messages": msgs})).send().await.unwrap();
+    let r = chat(&app, "engram_notakey", json!({"messages": msgs}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     let b: Value = r.json().await.unwrap();
     assert_eq!(error_of(&b), "authentication_error", "{b}");
     assert_eq!(b["error"]["code"], "invalid_api_key");
-    let r = app.http.post(app.url("/api/v1/chat/completions")).json(&json!({"messages": msgs})).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/v1/chat/completions"))
+        .json(&json!({"messages": msgs}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     // X-API-Key works as well as the bearer.
-    let r = app.http.post(app.url("/api/v1/chat/completions")).header("x-api-key", &key).json(&json!({"messages": msgs})).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/v1/chat/completions"))
+        .header("x-api-key", &key)
+        .json(&json!({"messages": msgs}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
 
     // A body OpenAI would refuse: 400.
-    let r = chat(&app, &key, json!({"model": "x"})).send().await.unwrap();
+    let r = chat(&app, &key, json!({"model": "x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(error_of(&r.json().await.unwrap()), "invalid_request_error");
-    let r = app.http.post(app.url("/api/v1/chat/completions")).bearer_auth(&key).body("{not json").send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url("/api/v1/chat/completions"))
+        .bearer_auth(&key)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
 
     // An unknown project: 404.
-    let r = chat(&app, &key, json!({"messages": msgs})).header("x-engram-project", "nope").send().await.unwrap();
+    let r = chat(&app, &key, json!({"messages": msgs}))
+        .header("x-engram-project", "nope")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(error_of(&r.json().await.unwrap()), "not_found_error");
 
     // The upstream's own errors pass through with their status and body.
-    let r = chat(&app, &key, json!({"model": "error-500", "messages": msgs})).send().await.unwrap();
+    let r = chat(&app, &key, json!({"model": "error-500", "messages": msgs}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 500);
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["error"]["message"], "The stand-in failed on purpose");
-    let r = chat(&app, &key, json!({"model": "error-429", "messages": msgs, "stream": true})).send().await.unwrap();
+    let r = chat(
+        &app,
+        &key,
+        json!({"model": "error-429", "messages": msgs, "stream": true}),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 429);
 
     // Too slow: 504.
-    let r = chat(&app, &key, json!({"model": "slow", "messages": msgs})).send().await.unwrap();
+    let r = chat(&app, &key, json!({"model": "slow", "messages": msgs}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 504);
     assert_eq!(error_of(&r.json().await.unwrap()), "timeout_error");
 
@@ -342,17 +498,34 @@ async fn errors_are_in_openais_shape() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}/v1", closed.local_addr().unwrap());
     drop(closed);
-    let (s, b) = put_settings(&app, &key, json!({"base_url": dead, "model": "standin-small"})).await;
+    let (s, b) = put_settings(
+        &app,
+        &key,
+        json!({"base_url": dead, "model": "standin-small"}),
+    )
+    .await;
     assert_eq!(s, 200, "{b}");
-    let r = chat(&app, &key, json!({"messages": msgs})).send().await.unwrap();
+    let r = chat(&app, &key, json!({"messages": msgs}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 502);
     let b: Value = r.json().await.unwrap();
     assert_eq!(error_of(&b), "upstream_error", "{b}");
 
     // No upstream at all: 400 saying how to set one.
-    let r = app.http.delete(app.url("/api/v1/proxy/settings")).header("x-api-key", &key).send().await.unwrap();
+    let r = app
+        .http
+        .delete(app.url("/api/v1/proxy/settings"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    let r = chat(&app, &key, json!({"messages": msgs})).send().await.unwrap();
+    let r = chat(&app, &key, json!({"messages": msgs}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["error"]["code"], "upstream_not_configured", "{b}");
@@ -369,17 +542,23 @@ async fn upstream_keys_are_sealed_and_shown_masked_to_their_account_only() {
     assert_eq!(got["data"]["model"], "standin-small");
     assert!(!got.to_string().contains("sk-standin-upstream-key"));
     // At rest: sealed, never in clear.
-    let (sealed, nonce): (Vec<u8>, Vec<u8>) = sqlx::query_as("select api_key_sealed, api_key_nonce from proxy_settings")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let (sealed, nonce): (Vec<u8>, Vec<u8>) =
+        sqlx::query_as("select api_key_sealed, api_key_nonce from proxy_settings")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
     assert!(!String::from_utf8_lossy(&sealed).contains("standin"));
     assert_eq!(
         app::core::proxy::open(&app.state.settings.proxy.secret_key, &nonce, &sealed).unwrap(),
         "sk-standin-upstream-key"
     );
     // Omitting the key keeps it; null clears it.
-    let (s, b) = put_settings(&app, &key, json!({"base_url": url, "model": "standin-large"})).await;
+    let (s, b) = put_settings(
+        &app,
+        &key,
+        json!({"base_url": url, "model": "standin-large"}),
+    )
+    .await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["data"]["api_key"], "…-key");
     assert_eq!(b["data"]["model"], "standin-large");
@@ -389,7 +568,13 @@ async fn upstream_keys_are_sealed_and_shown_masked_to_their_account_only() {
     let (_, other) = app.user("someone-else@example.com").await;
     let (_, theirs) = app.get("/api/v1/proxy/settings", Some(&other)).await;
     assert_eq!(theirs["data"]["source"], "none");
-    let r = app.http.delete(app.url("/api/v1/proxy/settings")).header("x-api-key", &other).send().await.unwrap();
+    let r = app
+        .http
+        .delete(app.url("/api/v1/proxy/settings"))
+        .header("x-api-key", &other)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     // Bad URLs: 422.
     for bad in ["ftp://example.com", "not a url", "http://user@evil.example"] {
@@ -406,8 +591,19 @@ async fn production_refuses_internal_upstreams_unless_allowed() {
     let (_, key) = app.user("prod@example.com").await;
     let (s, b) = put_settings(&app, &key, json!({"base_url": "http://127.0.0.1:9/v1"})).await;
     assert_eq!(s, 400, "{b}");
-    assert!(b["detail"].as_str().unwrap().contains("loopback or private"), "{b}");
-    let (s, _) = put_settings(&app, &key, json!({"base_url": "http://169.254.169.254/latest"})).await;
+    assert!(
+        b["detail"]
+            .as_str()
+            .unwrap()
+            .contains("loopback or private"),
+        "{b}"
+    );
+    let (s, _) = put_settings(
+        &app,
+        &key,
+        json!({"base_url": "http://169.254.169.254/latest"}),
+    )
+    .await;
     assert_eq!(s, 400);
 }
 
@@ -420,36 +616,91 @@ async fn the_model_list_comes_from_the_catalogue_and_unknown_models_are_flagged(
         "text-embedding-3-small": {"litellm_provider": "openai", "mode": "embedding", "input_cost_per_token": 0.00000002},
         "mistral/mistral-large-latest": {"litellm_provider": "mistral", "mode": "chat", "input_cost_per_token": 0.000002, "output_cost_per_token": 0.000006}
     });
-    app::core::models::import(&app.pool, catalogue.to_string().as_bytes()).await.unwrap();
+    app::core::models::import(&app.pool, catalogue.to_string().as_bytes())
+        .await
+        .unwrap();
     app.state.models.reload(&app.pool).await.unwrap();
 
     // The stand-in's provider is unknown: every provider's first-party chat models, and the
     // account's default model.
-    let r = app.http.get(app.url("/api/v1/models")).bearer_auth(&key).send().await.unwrap();
+    let r = app
+        .http
+        .get(app.url("/api/v1/models"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let list: Value = r.json().await.unwrap();
     assert_eq!(list["object"], "list");
-    let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["standin-small", "gpt-4o-mini"]);
     // Named as Mistral: its models, without the route prefix.
     let (s, _) = put_settings(&app, &key, json!({"base_url": url, "provider": "mistral"})).await;
     assert_eq!(s, 200);
-    let list: Value = app.http.get(app.url("/api/v1/models")).header("x-api-key", &key).send().await.unwrap().json().await.unwrap();
-    let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let list: Value = app
+        .http
+        .get(app.url("/api/v1/models"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["mistral-large-latest"]);
-    let r = app.http.get(app.url("/api/v1/models")).send().await.unwrap();
+    let r = app
+        .http
+        .get(app.url("/api/v1/models"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 
     // A model the catalogue knows is priced; one it does not is flagged and not priced.
     let msgs = json!([{"role": "user", "content": "hello there"}]);
-    let r = chat(&app, &key, json!({"model": "mistral-large-latest", "messages": msgs})).header("x-engram-remember", "off").send().await.unwrap();
+    let r = chat(
+        &app,
+        &key,
+        json!({"model": "mistral-large-latest", "messages": msgs}),
+    )
+    .header("x-engram-remember", "off")
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.headers().get("x-engram-warning").is_none());
-    let r = chat(&app, &key, json!({"model": "standin-small", "messages": msgs})).header("x-engram-remember", "off").send().await.unwrap();
-    assert!(r.headers()["x-engram-warning"].to_str().unwrap().contains("not in the model catalogue"));
+    let r = chat(
+        &app,
+        &key,
+        json!({"model": "standin-small", "messages": msgs}),
+    )
+    .header("x-engram-remember", "off")
+    .send()
+    .await
+    .unwrap();
+    assert!(r.headers()["x-engram-warning"]
+        .to_str()
+        .unwrap()
+        .contains("not in the model catalogue"));
     assert_eq!(upstream.requests().len(), 2);
     eventually("both requests are recorded", || async {
-        sqlx::query_scalar::<_, i64>("select count(*) from proxy_requests").fetch_one(&app.pool).await.unwrap() == 2
+        sqlx::query_scalar::<_, i64>("select count(*) from proxy_requests")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap()
+            == 2
     })
     .await;
     let costs: Vec<(String, Option<f64>, i32, i32)> = sqlx::query_as(

@@ -271,7 +271,11 @@ fn title_from(content: &str) -> String {
 
 /// The conversation `target` names, created if it may be, locked for the append: its id,
 /// project and message count.
-async fn lock(tx: &mut PgConnection, user_id: i64, target: &Target) -> AppResult<(Uuid, String, i32)> {
+async fn lock(
+    tx: &mut PgConnection,
+    user_id: i64,
+    target: &Target,
+) -> AppResult<(Uuid, String, i32)> {
     let project_missing = |e: sqlx::Error| match &e {
         sqlx::Error::Database(db) if db.code().as_deref() == Some("23503") => {
             AppError::not_found("Project")
@@ -443,7 +447,21 @@ pub async fn messages(
     Ok(rows
         .into_iter()
         .map(
-            |(id, position, role, content, name, tokens, sent_at, created_at, task_id, status, memory_id, sector, importance)| MessageView {
+            |(
+                id,
+                position,
+                role,
+                content,
+                name,
+                tokens,
+                sent_at,
+                created_at,
+                task_id,
+                status,
+                memory_id,
+                sector,
+                importance,
+            )| MessageView {
                 id: id.to_string(),
                 position,
                 role,
@@ -518,7 +536,10 @@ mod tests {
         .unwrap();
         let read = read_messages(&mut f);
         assert_eq!(read.len(), 2);
-        assert_eq!(read[0].timestamp.unwrap().timestamp_millis(), 1_732_442_400_000);
+        assert_eq!(
+            read[0].timestamp.unwrap().timestamp_millis(),
+            1_732_442_400_000
+        );
         assert_eq!(read[0].tokens, Some(3));
         let Err(AppError::Validation(errors)) = f.finish() else {
             panic!("the bad message must be refused")
@@ -529,7 +550,10 @@ mod tests {
             .collect();
         assert_eq!(
             locs,
-            [r#"["body","messages",1,"role"]"#, r#"["body","messages",1,"content"]"#]
+            [
+                r#"["body","messages",1,"role"]"#,
+                r#"["body","messages",1,"content"]"#
+            ]
         );
     }
 }

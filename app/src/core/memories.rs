@@ -127,11 +127,20 @@ pub async fn enqueue_in(
         batch,
     };
     let ids = Ids::new(&pending);
-    write_batch(db, std::slice::from_ref(&pending), std::slice::from_ref(&ids)).await?;
+    write_batch(
+        db,
+        std::slice::from_ref(&pending),
+        std::slice::from_ref(&ids),
+    )
+    .await?;
     Ok((ids.tasks, ids.batch))
 }
 
-pub(crate) async fn resolve_project(state: &AppState, user_id: i64, project: &str) -> AppResult<String> {
+pub(crate) async fn resolve_project(
+    state: &AppState,
+    user_id: i64,
+    project: &str,
+) -> AppResult<String> {
     // Every account has its default project (it cannot be deleted): no lookup for it. Were it
     // missing, the write's foreign key would answer 404 as the lookup does.
     if project == projects::DEFAULT {

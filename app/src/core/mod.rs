@@ -16,9 +16,9 @@
 //! - `group`: group commit, for the writes many requests or jobs make at once.
 pub mod accounts;
 pub mod claims;
-pub mod conversations;
 pub mod classify;
 pub mod clientaddr;
+pub mod conversations;
 pub mod crypto;
 pub mod dates;
 pub mod embed;

@@ -104,7 +104,9 @@ pub fn open(key: &[u8; 32], nonce: &[u8], sealed: &[u8]) -> AppResult<String> {
         .map_err(|_| anyhow::anyhow!("a sealed key's nonce must be 12 bytes"))?;
     let cipher = Aes256Gcm::new(key.into());
     let plain = cipher.decrypt(&Nonce::from(nonce), sealed).map_err(|_| {
-        anyhow::anyhow!("an upstream API key does not open with ENGRAM_SECRET_KEY: was the key changed?")
+        anyhow::anyhow!(
+            "an upstream API key does not open with ENGRAM_SECRET_KEY: was the key changed?"
+        )
     })?;
     String::from_utf8(plain).map_err(|e| anyhow::anyhow!(e).into())
 }
@@ -198,12 +200,16 @@ pub fn url_host(url: &str) -> Option<String> {
 
 /// Whether an account may send its chats to `base_url` (see [`ProxySettings::allowed_hosts`]).
 pub fn check_host(settings: &ProxySettings, base_url: &str) -> AppResult<()> {
-    let host = url_host(base_url).ok_or_else(|| AppError::BadRequest("base_url has no host".into()))?;
+    let host =
+        url_host(base_url).ok_or_else(|| AppError::BadRequest("base_url has no host".into()))?;
     if !settings.allowed_hosts.is_empty() {
-        let allowed = settings.allowed_hosts.iter().any(|a| match a.strip_prefix("*.") {
-            Some(domain) => host == domain || host.ends_with(&format!(".{domain}")),
-            None => host == *a,
-        });
+        let allowed = settings
+            .allowed_hosts
+            .iter()
+            .any(|a| match a.strip_prefix("*.") {
+                Some(domain) => host == domain || host.ends_with(&format!(".{domain}")),
+                None => host == *a,
+            });
         if !allowed {
             return Err(AppError::BadRequest(format!(
                 "Upstream host {host} is not allowed on this server (ENGRAM_UPSTREAM_ALLOWED_HOSTS)"
@@ -645,7 +651,11 @@ pub async fn prepare(
         .rev()
         .find(|m| m["role"] == "user")
         .map(content_text);
-    let query = if controls.inject { query_for(&messages) } else { None };
+    let query = if controls.inject {
+        query_for(&messages)
+    } else {
+        None
+    };
     let pool = &state.pool;
 
     let upstream = upstream_for(pool, &state.settings.proxy, user_id);
@@ -676,12 +686,21 @@ pub async fn prepare(
     let (project, hits) = memories?;
     let conversation = conversation?;
 
-    let (injected, message) = injection(&hits, controls.limit, controls.budget, state.settings.proxy.min_score);
+    let (injected, message) = injection(
+        &hits,
+        controls.limit,
+        controls.budget,
+        state.settings.proxy.min_score,
+    );
     let mut upstream_messages = messages;
     if let Some(message) = message {
         insert_after_system(&mut upstream_messages, message);
     }
-    let model = match body.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()) {
+    let model = match body
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+    {
         Some(m) => m.to_string(),
         None => upstream.model.clone().ok_or(Refused::NoModel)?,
     };
@@ -695,13 +714,20 @@ pub async fn prepare(
     // Where the exchange goes: the conversation named (ours, or the client's own id for one),
     // else a new one; none when not remembering.
     let remember_project = project.unwrap_or_else(|| super::projects::DEFAULT.to_string());
-    let (target, conversation_id) = match (controls.remember, conversation, &controls.conversation) {
+    let (target, conversation_id) = match (controls.remember, conversation, &controls.conversation)
+    {
         (_, Some(id), _) => (controls.remember.then_some(Target::Id(id)), Some(id)),
         // One of ours that does not exist yet: the previous turn's, still being appended (or
         // an id the client made): created with that id when this exchange is appended.
         (true, None, Some(named)) if uuid::Uuid::parse_str(named).is_ok() => {
             let id = uuid::Uuid::parse_str(named).expect("checked");
-            (Some(Target::New { id, project: remember_project }), Some(id))
+            (
+                Some(Target::New {
+                    id,
+                    project: remember_project,
+                }),
+                Some(id),
+            )
         }
         (true, None, Some(external)) => {
             let target = Target::External {
@@ -710,11 +736,20 @@ pub async fn prepare(
             };
             // Made now, so its id can be answered.
             let done = conversations::append(pool, user_id, &target, &[], false).await?;
-            (Some(Target::Id(done.conversation_id)), Some(done.conversation_id))
+            (
+                Some(Target::Id(done.conversation_id)),
+                Some(done.conversation_id),
+            )
         }
         (true, None, None) => {
             let id = uuid::Uuid::new_v4();
-            (Some(Target::New { id, project: remember_project }), Some(id))
+            (
+                Some(Target::New {
+                    id,
+                    project: remember_project,
+                }),
+                Some(id),
+            )
         }
         (false, None, _) => (None, None),
     };
@@ -844,7 +879,10 @@ pub async fn complete_once(
     let started = std::time::Instant::now();
     let timeout = state.settings.proxy.timeout;
     body.insert("stream".into(), Value::Bool(false));
-    let url = format!("{}/chat/completions", upstream.base_url.trim_end_matches('/'));
+    let url = format!(
+        "{}/chat/completions",
+        upstream.base_url.trim_end_matches('/')
+    );
     let mut request = upstream_client().post(&url).json(&Value::Object(body));
     if let Some(key) = &upstream.api_key {
         request = request.bearer_auth(key);
@@ -852,31 +890,54 @@ pub async fn complete_once(
     let answer = tokio::time::timeout(timeout, async {
         let response = request.send().await.map_err(|e| {
             tracing::warn!(error = %e, url, "upstream unreachable");
-            (502, format!("The upstream LLM at {} cannot be reached", upstream.base_url))
+            (
+                502,
+                format!(
+                    "The upstream LLM at {} cannot be reached",
+                    upstream.base_url
+                ),
+            )
         })?;
         let status = response.status();
         let first_byte = started.elapsed();
         let v: Value = response.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            let detail = v["error"]["message"].as_str().unwrap_or("no detail").to_string();
-            return Err((status.as_u16(), format!("The upstream LLM answered {status}: {detail}")));
+            let detail = v["error"]["message"]
+                .as_str()
+                .unwrap_or("no detail")
+                .to_string();
+            return Err((
+                status.as_u16(),
+                format!("The upstream LLM answered {status}: {detail}"),
+            ));
         }
         Ok(Answered {
-            reply: v["choices"][0]["message"]["content"].as_str().map(str::to_string),
+            reply: v["choices"][0]["message"]["content"]
+                .as_str()
+                .map(str::to_string),
             usage: usage_of(&v),
             first_byte,
         })
     })
     .await;
     answer.unwrap_or_else(|_| {
-        Err((504, format!("The upstream LLM did not answer within {} s", timeout.as_secs())))
+        Err((
+            504,
+            format!(
+                "The upstream LLM did not answer within {} s",
+                timeout.as_secs()
+            ),
+        ))
     })
 }
 
 /// `usage.prompt_tokens` and `usage.completion_tokens` of an answer or a chunk.
 pub fn usage_of(v: &Value) -> Option<(i64, i64)> {
     let u = v.get("usage")?;
-    Some((u["prompt_tokens"].as_i64()?, u["completion_tokens"].as_i64()?))
+    Some((
+        u["prompt_tokens"].as_i64()?,
+        u["completion_tokens"].as_i64()?,
+    ))
 }
 
 #[cfg(test)]
@@ -905,7 +966,11 @@ mod tests {
         assert_eq!(open(&key, &nonce, &sealed).unwrap(), "sk-upstream-secret");
         assert!(open(&[8u8; 32], &nonce, &sealed).is_err());
         let (nonce2, sealed2) = seal(&key, "sk-upstream-secret");
-        assert_ne!((nonce, sealed), (nonce2, sealed2), "a fresh nonce each time");
+        assert_ne!(
+            (nonce, sealed),
+            (nonce2, sealed2),
+            "a fresh nonce each time"
+        );
     }
 
     #[test]
@@ -919,7 +984,9 @@ mod tests {
         let q = query_for(&msgs).unwrap();
         assert!(q.starts_with("Cervejaria Ramiro"), "{q}");
         assert!(q.ends_with("Is it safe for me?"), "{q}");
-        let long = vec![json!({"role": "user", "content": [{"type": "text", "text": "What do I usually order when I go out for dinner with friends?"}]})];
+        let long = vec![
+            json!({"role": "user", "content": [{"type": "text", "text": "What do I usually order when I go out for dinner with friends?"}]}),
+        ];
         assert_eq!(
             query_for(&long).unwrap(),
             "What do I usually order when I go out for dinner with friends?"
@@ -939,13 +1006,19 @@ mod tests {
         let ids: Vec<&str> = chosen.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, ["a", "c"], "b is over the budget, d under the floor");
         let text = message.unwrap()["content"].as_str().unwrap().to_string();
-        assert!(text.contains("- [2026-11-20] Ana is allergic to peanuts"), "{text}");
+        assert!(
+            text.contains("- [2026-11-20] Ana is allergic to peanuts"),
+            "{text}"
+        );
         let (one, _) = injection(&hits, 1, 1000, 0.3);
         assert_eq!(one.len(), 1);
         let (none, message) = injection(&hits, 5, 1000, 0.9);
         assert!(none.is_empty() && message.is_none());
         // Far below the best hit: left out even above the floor.
-        let riding = vec![hit("a", "Mia's allergy", 0.71), hit("b", "budget review", 0.35)];
+        let riding = vec![
+            hit("a", "Mia's allergy", 0.71),
+            hit("b", "budget review", 0.35),
+        ];
         let (chosen, _) = injection(&riding, 5, 1000, 0.2);
         assert_eq!(chosen.len(), 1);
     }
@@ -959,18 +1032,30 @@ mod tests {
         insert_after_system(&mut msgs, json!({"role": "system", "content": "memories"}));
         assert_eq!(msgs[1]["content"], "memories");
         let mut no_system = vec![json!({"role": "user", "content": "hi"})];
-        insert_after_system(&mut no_system, json!({"role": "system", "content": "memories"}));
+        insert_after_system(
+            &mut no_system,
+            json!({"role": "system", "content": "memories"}),
+        );
         assert_eq!(no_system[0]["content"], "memories");
     }
 
     #[test]
     fn hosts_are_checked_against_the_allow_list_and_internal_addresses() {
         let mut s = ProxySettings::for_tests();
-        assert_eq!(url_host("https://api.openai.com/v1").as_deref(), Some("api.openai.com"));
-        assert_eq!(url_host("http://127.0.0.1:8080/v1").as_deref(), Some("127.0.0.1"));
+        assert_eq!(
+            url_host("https://api.openai.com/v1").as_deref(),
+            Some("api.openai.com")
+        );
+        assert_eq!(
+            url_host("http://127.0.0.1:8080/v1").as_deref(),
+            Some("127.0.0.1")
+        );
         assert_eq!(url_host("http://[::1]:8080").as_deref(), Some("::1"));
         assert!(url_host("ftp://x").is_none() && url_host("http://user@evil").is_none());
-        assert!(check_host(&s, "http://127.0.0.1:9/v1").is_ok(), "development allows loopback");
+        assert!(
+            check_host(&s, "http://127.0.0.1:9/v1").is_ok(),
+            "development allows loopback"
+        );
         s.production = true;
         assert!(check_host(&s, "http://127.0.0.1:9/v1").is_err());
         assert!(check_host(&s, "http://10.1.2.3/v1").is_err());
@@ -979,7 +1064,10 @@ mod tests {
         assert!(check_host(&s, "http://127.0.0.1:9/v1").is_ok());
         assert!(check_host(&s, "https://api.openai.com/v1").is_ok());
         assert!(check_host(&s, "https://api.mistral.ai/v1").is_err());
-        assert_eq!(provider_for("https://api.openai.com/v1").as_deref(), Some("openai"));
+        assert_eq!(
+            provider_for("https://api.openai.com/v1").as_deref(),
+            Some("openai")
+        );
         assert_eq!(provider_for("http://127.0.0.1:11434/v1"), None);
     }
 }

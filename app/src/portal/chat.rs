@@ -95,7 +95,9 @@ pub async fn send_chat(
     let state = state()?;
     let message = message.trim().to_string();
     if message.is_empty() || message.chars().count() > conversations::MAX_CONTENT {
-        return Err(ServerFnError::new("Type a message of 1 to 32,768 characters"));
+        return Err(ServerFnError::new(
+            "Type a message of 1 to 32,768 characters",
+        ));
     }
     let conversation = Some(conversation.trim().to_string()).filter(|c| !c.is_empty());
     // The conversation so far goes upstream with the new message.
@@ -129,7 +131,8 @@ pub async fn send_chat(
         .conversation_id
         .map(|c| c.to_string())
         .unwrap_or_default();
-    let answer = proxy::complete_once(&state, prepared.upstream.clone(), prepared.body.clone()).await;
+    let answer =
+        proxy::complete_once(&state, prepared.upstream.clone(), prepared.body.clone()).await;
     match answer {
         Ok(done) => {
             let reply = done.reply.clone().unwrap_or_default();
@@ -146,7 +149,10 @@ pub async fn send_chat(
             })
         }
         Err((status, msg)) => {
-            prepared.exchange.finish(status, false, None, None, None).await;
+            prepared
+                .exchange
+                .finish(status, false, None, None, None)
+                .await;
             Err(ServerFnError::new(msg))
         }
     }
@@ -224,7 +230,12 @@ pub fn ChatPage() -> impl IntoView {
     let send = ServerAction::<SendChat>::new();
     let data = Resource::new(move || save.version().get(), |_| load_chat_page());
     // The conversation the page continues: from `?conversation=`, then the first reply's.
-    let conversation = RwSignal::new(query.read_untracked().get("conversation").unwrap_or_default());
+    let conversation = RwSignal::new(
+        query
+            .read_untracked()
+            .get("conversation")
+            .unwrap_or_default(),
+    );
     let turns = RwSignal::new(Vec::<ChatTurn>::new());
     Effect::new(move |_| {
         if let Some(Ok(turn)) = send.value().get() {

@@ -64,7 +64,12 @@ pub struct OpenAiError {
 }
 
 impl OpenAiError {
-    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
+    fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             status,
             kind,
@@ -74,7 +79,12 @@ impl OpenAiError {
         }
     }
     fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", code, message)
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            code,
+            message,
+        )
     }
 }
 
@@ -110,12 +120,18 @@ impl From<AppError> for OpenAiError {
                 "invalid_api_key",
                 message,
             ),
-            AppError::NotFound(_) => {
-                Self::new(StatusCode::NOT_FOUND, "not_found_error", "not_found", message)
-            }
-            AppError::Conflict(_) => {
-                Self::new(StatusCode::CONFLICT, "invalid_request_error", "conflict", message)
-            }
+            AppError::NotFound(_) => Self::new(
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                "not_found",
+                message,
+            ),
+            AppError::Conflict(_) => Self::new(
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                "conflict",
+                message,
+            ),
             AppError::RateLimited {
                 retry_after_secs, ..
             } => Self {
@@ -129,7 +145,12 @@ impl From<AppError> for OpenAiError {
             },
             AppError::Unavailable => Self {
                 retry_after: Some(5),
-                ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "api_error", "unavailable", message)
+                ..Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "api_error",
+                    "unavailable",
+                    message,
+                )
             },
             AppError::Internal(cause) => {
                 tracing::error!(error = ?cause, "internal error in the proxy");
@@ -205,12 +226,17 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>,
         Some(v) => v
             .to_str()
             .map(|s| Some(s.trim()).filter(|s| !s.is_empty()))
-            .map_err(|_| OpenAiError::bad_request("invalid_header", format!("{name} is not valid text"))),
+            .map_err(|_| {
+                OpenAiError::bad_request("invalid_header", format!("{name} is not valid text"))
+            }),
     }
 }
 
 fn switch(headers: &HeaderMap, name: &str) -> Result<bool, OpenAiError> {
-    match header_str(headers, name)?.map(str::to_ascii_lowercase).as_deref() {
+    match header_str(headers, name)?
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         None | Some("on") | Some("true") | Some("1") => Ok(true),
         Some("off") | Some("false") | Some("0") => Ok(false),
         Some(other) => Err(OpenAiError::bad_request(
@@ -220,7 +246,12 @@ fn switch(headers: &HeaderMap, name: &str) -> Result<bool, OpenAiError> {
     }
 }
 
-fn number(headers: &HeaderMap, name: &str, default: usize, max: usize) -> Result<usize, OpenAiError> {
+fn number(
+    headers: &HeaderMap,
+    name: &str,
+    default: usize,
+    max: usize,
+) -> Result<usize, OpenAiError> {
     match header_str(headers, name)? {
         None => Ok(default),
         Some(v) => v
@@ -238,23 +269,33 @@ fn number(headers: &HeaderMap, name: &str, default: usize, max: usize) -> Result
 
 /// The proxy's controls, from the request's `X-Engram-*` headers.
 fn read_controls(headers: &HeaderMap) -> Result<Controls, OpenAiError> {
-        let text = |name: &str, max: usize| -> Result<Option<String>, OpenAiError> {
-            match header_str(headers, name)? {
-                Some(v) if v.chars().count() > max => Err(OpenAiError::bad_request(
-                    "invalid_header",
-                    format!("{name} is longer than {max} characters"),
-                )),
-                v => Ok(v.map(str::to_string)),
-            }
-        };
-        Ok(Controls {
-            inject: switch(headers, "x-engram-inject")?,
-            remember: switch(headers, "x-engram-remember")?,
-            project: text("x-engram-project", 256)?,
-            conversation: text("x-engram-conversation", 256)?,
-            limit: number(headers, "x-engram-limit", proxy::DEFAULT_LIMIT, proxy::MAX_LIMIT)?,
-            budget: number(headers, "x-engram-budget", proxy::DEFAULT_BUDGET, proxy::MAX_BUDGET)?,
-        })
+    let text = |name: &str, max: usize| -> Result<Option<String>, OpenAiError> {
+        match header_str(headers, name)? {
+            Some(v) if v.chars().count() > max => Err(OpenAiError::bad_request(
+                "invalid_header",
+                format!("{name} is longer than {max} characters"),
+            )),
+            v => Ok(v.map(str::to_string)),
+        }
+    };
+    Ok(Controls {
+        inject: switch(headers, "x-engram-inject")?,
+        remember: switch(headers, "x-engram-remember")?,
+        project: text("x-engram-project", 256)?,
+        conversation: text("x-engram-conversation", 256)?,
+        limit: number(
+            headers,
+            "x-engram-limit",
+            proxy::DEFAULT_LIMIT,
+            proxy::MAX_LIMIT,
+        )?,
+        budget: number(
+            headers,
+            "x-engram-budget",
+            proxy::DEFAULT_BUDGET,
+            proxy::MAX_BUDGET,
+        )?,
+    })
 }
 
 /// The body as OpenAI's API would accept it: an object with a non-empty `messages` list of
@@ -264,7 +305,10 @@ fn read_body(bytes: &[u8]) -> Result<Map<String, Value>, OpenAiError> {
         OpenAiError::bad_request("invalid_json", format!("The body is not valid JSON: {e}"))
     })?;
     let Value::Object(body) = value else {
-        return Err(OpenAiError::bad_request("invalid_request", "The body must be a JSON object"));
+        return Err(OpenAiError::bad_request(
+            "invalid_request",
+            "The body must be a JSON object",
+        ));
     };
     match body.get("messages") {
         Some(Value::Array(m)) if !m.is_empty() => {
@@ -278,7 +322,10 @@ fn read_body(bytes: &[u8]) -> Result<Map<String, Value>, OpenAiError> {
             }
         }
         Some(Value::Array(_)) => {
-            return Err(OpenAiError::bad_request("invalid_value", "messages must not be empty"))
+            return Err(OpenAiError::bad_request(
+                "invalid_value",
+                "messages must not be empty",
+            ))
         }
         _ => {
             return Err(OpenAiError::bad_request(
@@ -289,11 +336,21 @@ fn read_body(bytes: &[u8]) -> Result<Map<String, Value>, OpenAiError> {
     }
     match body.get("model") {
         None | Some(Value::Null) | Some(Value::String(_)) => {}
-        Some(_) => return Err(OpenAiError::bad_request("invalid_value", "model must be a string")),
+        Some(_) => {
+            return Err(OpenAiError::bad_request(
+                "invalid_value",
+                "model must be a string",
+            ))
+        }
     }
     match body.get("stream") {
         None | Some(Value::Null) | Some(Value::Bool(_)) => {}
-        Some(_) => return Err(OpenAiError::bad_request("invalid_value", "stream must be a boolean")),
+        Some(_) => {
+            return Err(OpenAiError::bad_request(
+                "invalid_value",
+                "stream must be a boolean",
+            ))
+        }
     }
     Ok(body)
 }
@@ -344,7 +401,11 @@ pub async fn chat_completions(
     }
 }
 
-async fn complete(state: AppState, headers: HeaderMap, bytes: Bytes) -> Result<Response, OpenAiError> {
+async fn complete(
+    state: AppState,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, OpenAiError> {
     let owner = owner(&state, &headers).await?;
     let controls = read_controls(&headers)?;
     let body = read_body(&bytes)?;
@@ -353,10 +414,16 @@ async fn complete(state: AppState, headers: HeaderMap, bytes: Bytes) -> Result<R
         Ok(p) => p,
         Err(Refused::App(e)) => return Err(e.into()),
         Err(r @ Refused::NoUpstream) => {
-            return Err(OpenAiError::bad_request("upstream_not_configured", r.message()))
+            return Err(OpenAiError::bad_request(
+                "upstream_not_configured",
+                r.message(),
+            ))
         }
         Err(r @ Refused::NoModel) => {
-            return Err(OpenAiError::bad_request("missing_required_parameter", r.message()))
+            return Err(OpenAiError::bad_request(
+                "missing_required_parameter",
+                r.message(),
+            ))
         }
     };
     let Prepared {
@@ -370,8 +437,13 @@ async fn complete(state: AppState, headers: HeaderMap, bytes: Bytes) -> Result<R
     let started = exchange.started;
 
     let timeout = state.settings.proxy.timeout;
-    let url = format!("{}/chat/completions", upstream.base_url.trim_end_matches('/'));
-    let mut request = proxy::upstream_client().post(&url).json(&Value::Object(body));
+    let url = format!(
+        "{}/chat/completions",
+        upstream.base_url.trim_end_matches('/')
+    );
+    let mut request = proxy::upstream_client()
+        .post(&url)
+        .json(&Value::Object(body));
     if let Some(key) = &upstream.api_key {
         request = request.bearer_auth(key);
     }
@@ -391,7 +463,10 @@ async fn complete(state: AppState, headers: HeaderMap, bytes: Bytes) -> Result<R
                 StatusCode::BAD_GATEWAY,
                 "upstream_error",
                 "upstream_unreachable",
-                format!("The upstream LLM at {} cannot be reached", upstream.base_url),
+                format!(
+                    "The upstream LLM at {} cannot be reached",
+                    upstream.base_url
+                ),
             ));
         }
         Ok(Ok(r)) => r,
@@ -441,17 +516,23 @@ async fn complete(state: AppState, headers: HeaderMap, bytes: Bytes) -> Result<R
             Ok(Ok(b)) => b,
         };
         let parsed: Option<Value> = serde_json::from_slice(&body).ok();
-        let body = if status.is_success() || parsed.as_ref().is_some_and(|v| v.get("error").is_some()) {
-            body
-        } else {
-            // An upstream error that is not OpenAI-shaped: wrapped, so clients can read it.
-            out.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            let text: String = String::from_utf8_lossy(&body).chars().take(2000).collect();
-            Bytes::from(serde_json::to_vec(&json!({"error": {
+        let body =
+            if status.is_success() || parsed.as_ref().is_some_and(|v| v.get("error").is_some()) {
+                body
+            } else {
+                // An upstream error that is not OpenAI-shaped: wrapped, so clients can read it.
+                out.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                let text: String = String::from_utf8_lossy(&body).chars().take(2000).collect();
+                Bytes::from(
+                    serde_json::to_vec(&json!({"error": {
                 "message": format!("The upstream LLM answered {status}: {text}"),
                 "type": "upstream_error", "param": null, "code": "upstream_error"}}))
-                .unwrap_or_default())
-        };
+                    .unwrap_or_default(),
+                )
+            };
         let reply = parsed
             .as_ref()
             .filter(|_| status.is_success())
@@ -505,7 +586,10 @@ fn upstream_timeout(timeout: Duration) -> OpenAiError {
         StatusCode::GATEWAY_TIMEOUT,
         "timeout_error",
         "upstream_timeout",
-        format!("The upstream LLM did not answer within {} s", timeout.as_secs()),
+        format!(
+            "The upstream LLM did not answer within {} s",
+            timeout.as_secs()
+        ),
     )
 }
 
@@ -608,7 +692,8 @@ pub struct OpenAiModelList {
 pub async fn list_models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let listed = async {
         let owner = owner(&state, &headers).await?;
-        let upstream = proxy::upstream_for(&state.pool, &state.settings.proxy, owner.user_id).await?;
+        let upstream =
+            proxy::upstream_for(&state.pool, &state.settings.proxy, owner.user_id).await?;
         let catalogue = state.models.get(&state.pool).await?;
         let provider = upstream.as_ref().and_then(|u| u.provider.clone());
         let mut data: Vec<OpenAiModel> = catalogue
@@ -683,7 +768,8 @@ pub async fn put_proxy_settings(
     ApiKeyAuth(owner): ApiKeyAuth,
     Body(update): Body<UpstreamUpdate>,
 ) -> Result<Json<UpstreamAnswer>, AppError> {
-    let data = proxy::put_upstream(&state.pool, &state.settings.proxy, owner.user_id, &update).await?;
+    let data =
+        proxy::put_upstream(&state.pool, &state.settings.proxy, owner.user_id, &update).await?;
     Ok(Json(UpstreamAnswer {
         success: true,
         data,
@@ -741,9 +827,12 @@ data: [DONE]\n\n";
             br#"{"messages": [{"role": "user", "content": "x"}], "model": 3}"#,
             br#"{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}"#,
         ] {
-            let e = read_body(bad).err().expect("refused");
+            let e = read_body(bad).expect_err("refused");
             assert_eq!(e.status, StatusCode::BAD_REQUEST);
         }
-        assert!(read_body(br#"{"messages": [{"role": "user", "content": "x"}], "temperature": 0.2}"#).is_ok());
+        assert!(read_body(
+            br#"{"messages": [{"role": "user", "content": "x"}], "temperature": 0.2}"#
+        )
+        .is_ok());
     }
 }

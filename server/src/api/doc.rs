@@ -172,7 +172,10 @@ impl Modify for StandardErrors {
                 let secured = op.security.as_ref().is_some_and(|s| !s.is_empty());
                 let has_body = op.request_body.is_some();
                 let has_params = op.parameters.as_ref().is_some_and(|p| !p.is_empty());
-                let openai = op.tags.as_ref().is_some_and(|t| t.iter().any(|t| t == OPENAI_TAG));
+                let openai = op
+                    .tags
+                    .as_ref()
+                    .is_some_and(|t| t.iter().any(|t| t == OPENAI_TAG));
                 let responses = &mut op.responses.responses;
                 let mut add = |status: &str, description: &str, validation: bool| {
                     // OpenAI's routes answer every error in OpenAI's shape, a bad body as 400.

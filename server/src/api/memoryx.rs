@@ -148,7 +148,12 @@ impl FromFields for BatchRequest {
         let project_id = f.optional_str("project_id", 256).filter(|p| !p.is_empty());
         let project = project_id.as_deref().unwrap_or(projects::DEFAULT);
         let mut read = Vec::new();
-        for (i, item) in f.list("memories", 1, MAX_BATCH).into_iter().flatten().enumerate() {
+        for (i, item) in f
+            .list("memories", 1, MAX_BATCH)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             // An item without a project of its own goes to the batch's.
             let own_project = item
                 .get("project_id")
@@ -399,7 +404,9 @@ pub struct FlushRequest {
 impl FromFields for FlushRequest {
     fn from_fields(f: &mut Fields) -> Self {
         FlushRequest {
-            conversation_id: f.optional_str("conversation_id", 256).filter(|c| !c.is_empty()),
+            conversation_id: f
+                .optional_str("conversation_id", 256)
+                .filter(|c| !c.is_empty()),
             messages: app::core::conversations::read_messages(f),
             project_id: f.optional_str("project_id", 256).filter(|p| !p.is_empty()),
         }
@@ -448,10 +455,7 @@ pub async fn flush_conversation(
         conversations::append(&state.pool, owner.user_id, &target, &req.messages, true).await?;
     Ok(Json(FlushQueued {
         success: true,
-        task_id: done
-            .batch_id
-            .map(|b| b.to_string())
-            .unwrap_or_default(),
+        task_id: done.batch_id.map(|b| b.to_string()).unwrap_or_default(),
         status: "queued".into(),
         message_count: req.messages.len(),
         conversation_id: done.conversation_id.to_string(),

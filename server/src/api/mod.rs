@@ -64,13 +64,23 @@ fn documented() -> (Router<AppState>, OpenApi) {
         .routes(routes!(memoryx::create_batch))
         .routes(routes!(memoryx::list_memories))
         .routes(routes!(memoryx::get_task))
-        .routes(routes!(conversations::list_conversations, conversations::create_conversation))
-        .routes(routes!(conversations::get_conversation, conversations::delete_conversation))
+        .routes(routes!(
+            conversations::list_conversations,
+            conversations::create_conversation
+        ))
+        .routes(routes!(
+            conversations::get_conversation,
+            conversations::delete_conversation
+        ))
         .routes(routes!(conversations::append_messages))
         .routes(routes!(memoryx::flush_conversation))
         .routes(routes!(chat::chat_completions))
         .routes(routes!(chat::list_models))
-        .routes(routes!(chat::get_proxy_settings, chat::put_proxy_settings, chat::delete_proxy_settings))
+        .routes(routes!(
+            chat::get_proxy_settings,
+            chat::put_proxy_settings,
+            chat::delete_proxy_settings
+        ))
         .routes(routes!(models::search_models))
         .routes(routes!(models::get_model))
         .split_for_parts();

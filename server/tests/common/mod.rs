@@ -349,7 +349,11 @@ pub fn assert_validation(status: StatusCode, body: &Value, loc: &[&str]) {
         .unwrap_or_else(|| panic!("detail is not an array: {body}"));
     // List indexes are numbers in `loc`; `loc` here names them as text ("1").
     let want: Vec<String> = loc.iter().map(|s| s.to_string()).collect();
-    let text = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+    let text = |v: &Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
     assert!(
         errors.iter().any(|e| e["loc"]
             .as_array()
