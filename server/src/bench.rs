@@ -68,8 +68,8 @@ pub enum Bench {
         #[arg(long, default_value_t = 1000)]
         queries: usize,
     },
-    /// The LLM proxy's overhead: the stand-in upstream called directly, then the same call
-    /// through Engram (memories searched and injected, the exchange remembered).
+    /// The LLM proxy's overhead: a call through Engram (memories searched and injected, the
+    /// exchange remembered), then the body Engram sent upstream sent to the stand-in directly.
     Proxy {
         /// Memories in the account (real LoCoMo turns).
         #[arg(long, default_value_t = 10000)]
@@ -207,7 +207,7 @@ async fn proxy_overhead(
             settle(&mut conn).await?
         );
     }
-    let (upstream, _) = crate::standin::spawn(crate::standin::Options {
+    let (upstream, recorder) = crate::standin::spawn(crate::standin::Options {
         delay_ms: 2,
         ..Default::default()
     })
@@ -239,13 +239,18 @@ async fn proxy_overhead(
         let (mut d_first, mut d_total, mut p_first, mut p_total, mut search) =
             (vec![], vec![], vec![], vec![], vec![]);
         for q in questions.iter().cycle().skip(30).take(requests) {
-            // Alternated, so drift hits both alike.
-            let (f, t) = timed_chat(&h.http, &direct_url, None, &body(q)).await?;
-            d_first.push(f);
-            d_total.push(t);
             let (f, t) = timed_chat(&h.http, &proxy_url, Some(&key), &body(q)).await?;
             p_first.push(f);
             p_total.push(t);
+            // Direct: the very body Engram sent upstream (memories included), so both answers
+            // are the same length (the stand-in's reply echoes the injected memories).
+            let sent = recorder
+                .last()
+                .map(|r| r["body"].clone())
+                .ok_or_else(|| anyhow::anyhow!("the stand-in received nothing"))?;
+            let (f, t) = timed_chat(&h.http, &direct_url, None, &sent).await?;
+            d_first.push(f);
+            d_total.push(t);
             let t = Instant::now();
             h.post(
                 &key,

@@ -43,6 +43,10 @@ impl Recorder {
     pub fn requests(&self) -> Vec<Value> {
         self.requests.lock().expect("recorder").clone()
     }
+    /// The latest request.
+    pub fn last(&self) -> Option<Value> {
+        self.requests.lock().expect("recorder").last().cloned()
+    }
     /// Lets a held stream (`[hold]`) go on.
     pub fn release(&self) {
         self.release.notify_waiters();
