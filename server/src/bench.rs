@@ -177,28 +177,10 @@ async fn proxy_overhead(
     let corpus: Vec<String> = turns.iter().cycle().take(memories).cloned().collect();
     let vectors = h.state.embedder.embed_many(&turns).await?;
     for (chunk_i, chunk) in corpus.chunks(2000).enumerate() {
-        let embeddings: Vec<String> = (0..chunk.len())
-            .map(|i| {
-                let v = &vectors[(chunk_i * 2000 + i) % turns.len()];
-                format!(
-                    "[{}]",
-                    v.iter()
-                        .map(|x| x.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )
-            })
+        let chunk_vectors: Vec<&[f32]> = (0..chunk.len())
+            .map(|i| vectors[(chunk_i * 2000 + i) % turns.len()].as_slice())
             .collect();
-        sqlx::query(
-            "insert into memories (id, user_id, project_id, content, metadata, cognitive_sector, importance_score, embedding, embedding_model)
-             select gen_random_uuid(), $1, 'default', c, '{}'::jsonb, 'semantic', 0.5, e::vector, 'all-MiniLM-L6-v2'
-             from unnest($2::text[], $3::text[]) as u(c, e)",
-        )
-        .bind(user)
-        .bind(chunk)
-        .bind(&embeddings)
-        .execute(&h.state.pool)
-        .await?;
+        insert_memories(&h.state.pool, user, chunk, &chunk_vectors).await?;
     }
     {
         let mut conn = h.state.pool.acquire().await?;
@@ -1243,6 +1225,38 @@ async fn settle(conn: &mut sqlx::PgConnection) -> anyhow::Result<&'static str> {
     })
 }
 
+/// Stores memories with their embeddings directly (no queue): a bench account of a given size.
+async fn insert_memories(
+    pool: &PgPool,
+    user: i64,
+    contents: &[String],
+    vectors: &[&[f32]],
+) -> anyhow::Result<()> {
+    let embeddings: Vec<String> = vectors
+        .iter()
+        .map(|v| {
+            format!(
+                "[{}]",
+                v.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect();
+    sqlx::query(
+        "insert into memories (id, user_id, project_id, content, metadata, cognitive_sector, importance_score, embedding, embedding_model)
+         select gen_random_uuid(), $1, 'default', c, '{}'::jsonb, 'semantic', 0.5, e::vector, 'all-MiniLM-L6-v2'
+         from unnest($2::text[], $3::text[]) as u(c, e)",
+    )
+    .bind(user)
+    .bind(contents)
+    .bind(&embeddings)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 async fn search_latency(
     config: Config,
     sizes: &[usize],
@@ -1301,25 +1315,11 @@ async fn search_latency(
                     (format!("{} / {}", base[i], base[j]), v)
                 };
                 contents.push(content);
-                embeddings.push(format!(
-                    "[{}]",
-                    v.iter()
-                        .map(|x| x.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ));
+                embeddings.push(v);
                 inserted += 1;
             }
-            sqlx::query(
-                "insert into memories (id, user_id, project_id, content, metadata, cognitive_sector, importance_score, embedding, embedding_model)
-                 select gen_random_uuid(), $1, 'default', c, '{}'::jsonb, 'semantic', 0.5, e::vector, 'all-MiniLM-L6-v2'
-                 from unnest($2::text[], $3::text[]) as u(c, e)",
-            )
-            .bind(user)
-            .bind(&contents)
-            .bind(&embeddings)
-            .execute(pool)
-            .await?;
+            let refs: Vec<&[f32]> = embeddings.iter().map(Vec::as_slice).collect();
+            insert_memories(pool, user, &contents, &refs).await?;
         }
         let t = Instant::now();
         let mut conn = pool.acquire().await?;

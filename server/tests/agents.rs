@@ -228,6 +228,27 @@ async fn a_claim_merges_projects_memories_and_keys_into_the_human_account() {
         .store_all(&mkey, vec![json!({"content": "machine default memory about the kiln temperature"}), json!({"content": "machine notes memory about glaze recipes", "project_id": "notes"})])
         .await;
 
+    // Conversations (system messages only: stored, not remembered): one with a client id the
+    // human also uses, one in a project whose name clashes.
+    let flush = |id: &str, project: &str| {
+        json!({"conversation_id": id, "project_id": project,
+        "messages": [{"role": "system", "content": format!("{id} in {project}")}]})
+    };
+    for (key, id, project) in [
+        (&mkey, "chat-1", "default"),
+        (&mkey, "chat-2", "notes"),
+        (&human_key, "chat-1", "default"),
+    ] {
+        let (s, b) = app
+            .post_json(
+                "/api/v1/conversations/flush",
+                &flush(id, project),
+                Some(key),
+            )
+            .await;
+        assert_eq!(s, 200, "{b}");
+    }
+
     let (s, started) = claim_init(&app, FP_A, "Owner@Example.com").await;
     assert_eq!(s, 200, "{started}");
     let code = started["data"]["verification_code"]
@@ -290,7 +311,42 @@ async fn a_claim_merges_projects_memories_and_keys_into_the_human_account() {
         "the machine's key works on the human account"
     );
 
+    // The conversations moved with their projects; the human keeps its own client id.
+    let (_, convs) = app.get("/api/v1/conversations", Some(&human_key)).await;
+    assert_eq!(convs["total"], 3, "{convs}");
+    let external: Vec<Value> = convs["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["external_id"].clone())
+        .collect();
+    assert_eq!(
+        external.iter().filter(|e| **e == json!("chat-1")).count(),
+        1,
+        "{convs}"
+    );
+    assert!(
+        external.contains(&json!("chat-2")) && external.contains(&Value::Null),
+        "{convs}"
+    );
+    let moved = convs["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["external_id"] == "chat-2")
+        .unwrap();
+
     let (_, projects) = app.get("/api/v1/projects", Some(&human_key)).await;
+    let renamed = projects["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str().unwrap().starts_with("notes-"))
+        .unwrap();
+    assert_eq!(
+        moved["project_id"], renamed["id"],
+        "the machine's conversation stays in the machine's (renamed) notes project"
+    );
     let names: Vec<String> = projects["data"]
         .as_array()
         .unwrap()

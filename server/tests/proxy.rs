@@ -459,6 +459,16 @@ async fn errors_are_in_openais_shape() {
         .unwrap();
     assert_eq!(r.status(), 400);
 
+    // A long history is more than the API's 1 MiB: accepted up to 16 MiB.
+    let history = json!([{"role": "user", "content": "x".repeat(1_500_000)}, {"role": "user", "content": "hello"}]);
+    let r = chat(&app, &key, json!({"messages": history}))
+        .header("x-engram-inject", "off")
+        .header("x-engram-remember", "off")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
     // An unknown project: 404.
     let r = chat(&app, &key, json!({"messages": msgs}))
         .header("x-engram-project", "nope")

@@ -34,6 +34,28 @@ fn production_mode_refuses_a_missing_or_weak_jwt_secret() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+#[test]
+fn production_mode_refuses_a_missing_or_malformed_secret_key() {
+    for key in [None, Some("not-hex"), Some("abcd")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_engram"));
+        cmd.arg("serve")
+            .env("ENGRAM_MODE", "production")
+            .env(
+                "ENGRAM_JWT_SECRET",
+                "a-production-secret-of-at-least-32-bytes",
+            )
+            .env("DATABASE_URL", "postgres://engram:engram@127.0.0.1:1/none");
+        cmd.env_remove("ENGRAM_SECRET_KEY");
+        if let Some(k) = key {
+            cmd.env("ENGRAM_SECRET_KEY", k);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("ENGRAM_SECRET_KEY"), "{stderr}");
+    }
+}
+
 #[tokio::test]
 async fn migrations_run_down_and_up_again() {
     let (_name, url) = fresh_database().await;

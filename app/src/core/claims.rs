@@ -451,6 +451,12 @@ async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()>
         .bind(human)
         .execute(&mut *tx)
         .await?;
+    // The machine's proxied requests count as the human's from now on.
+    sqlx::query("update proxy_requests set user_id = $2 where user_id = $1")
+        .bind(machine)
+        .bind(human)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("update task_batches set user_id = $2 where user_id = $1")
         .bind(machine)
         .bind(human)

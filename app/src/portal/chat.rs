@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use super::{error_view, field_error, FormOutcome};
+use super::{error_view, field_error, FormOutcome, Pager};
 use crate::types::{ConversationView, InjectedMemory, MessageView, ProjectView};
 
 /// Conversations on one page of the list.
@@ -348,11 +348,7 @@ pub fn ConversationsPage() -> impl IntoView {
                                     }).collect_view()}
                                 </tbody>
                             </table>
-                            <nav class="pager">
-                                {(current > 0).then(|| view! { <A href=format!("?page={}", current - 1)>"← Newer"</A> })}
-                                <span>{format!("Page {} of {}", current + 1, pages.max(1))}</span>
-                                {(current + 1 < pages).then(|| view! { <A href=format!("?page={}", current + 1)>"Older →"</A> })}
-                            </nav>
+                            <Pager current=current pages=pages/>
                         }.into_any()
                     }
                     Err(e) => error_view(e),

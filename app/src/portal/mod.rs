@@ -89,6 +89,18 @@ fn Landing() -> impl IntoView {
     }
 }
 
+/// Newer and older pages of a list (`?page=N`, from 0).
+#[component]
+pub fn Pager(current: i64, pages: i64) -> impl IntoView {
+    view! {
+        <nav class="pager">
+            {(current > 0).then(|| view! { <A href=format!("?page={}", current - 1)>"← Newer"</A> })}
+            <span>{format!("Page {} of {}", current + 1, pages.max(1))}</span>
+            {(current + 1 < pages).then(|| view! { <A href=format!("?page={}", current + 1)>"Older →"</A> })}
+        </nav>
+    }
+}
+
 /// A form's result: errors by field, or a message (and, once, a secret to show).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FormOutcome {

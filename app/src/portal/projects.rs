@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use super::{error_view, field_error, FormOutcome};
+use super::{error_view, field_error, FormOutcome, Pager};
 use crate::types::{MemoryView, ProjectView, SearchHit, TaskView};
 
 /// Memories on one page of a project.
@@ -367,11 +367,7 @@ pub fn ProjectPage() -> impl IntoView {
                                         </ul>
                                     }.into_any()
                                 }}
-                                <nav class="pager">
-                                    {(current > 0).then(|| view! { <A href=format!("?page={}", current - 1)>"← Newer"</A> })}
-                                    <span>{format!("Page {} of {}", current + 1, pages.max(1))}</span>
-                                    {(current + 1 < pages).then(|| view! { <A href=format!("?page={}", current + 1)>"Older →"</A> })}
-                                </nav>
+                                <Pager current=current pages=pages/>
                             </section>
                         }.into_any()
                     }

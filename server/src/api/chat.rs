@@ -32,6 +32,9 @@ use app::core::keys::KeyOwner;
 use app::core::proxy::{self, Controls, Prepared, Refused, UpstreamUpdate, UpstreamView};
 use app::core::state::AppState;
 
+/// Largest chat request body.
+pub const CHAT_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
 // ---------------------------------------------------------------------------------------------
 // Errors in OpenAI's shape.
 
@@ -375,6 +378,7 @@ fn read_body(bytes: &[u8]) -> Result<Map<String, Value>, OpenAiError> {
         (status = 400, description = "A body OpenAI would refuse, a bad control header, or no upstream configured", body = OpenAiErrorBody),
         (status = 401, description = "Missing or invalid Engram key", body = OpenAiErrorBody),
         (status = 404, description = "Unknown project", body = OpenAiErrorBody),
+        (status = 413, description = "Request body over 16 MiB", body = OpenAiErrorBody),
         (status = 502, description = "The upstream cannot be reached", body = OpenAiErrorBody),
         (status = 504, description = "The upstream did not answer in time", body = OpenAiErrorBody),
     ))]
@@ -383,16 +387,22 @@ fn read_body(bytes: &[u8]) -> Result<Map<String, Value>, OpenAiError> {
 pub async fn chat_completions(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: HttpBody,
 ) -> Response {
-    let body = match body {
+    // A chat carries its whole history (and images, base64): a limit of its own, not the API's.
+    let body = match axum::body::to_bytes(body, CHAT_BODY_LIMIT).await {
         Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return OpenAiError::from(AppError::PayloadTooLarge).into_response()
-        }
         Err(_) => {
-            return OpenAiError::bad_request("invalid_request", "Could not read the request body")
-                .into_response()
+            return OpenAiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+                format!(
+                    "Request body too large (limit {} MiB)",
+                    CHAT_BODY_LIMIT >> 20
+                ),
+            )
+            .into_response()
         }
     };
     match complete(state, headers, body).await {
