@@ -27,6 +27,8 @@ pub struct Config {
     /// `ENGRAM_WORKER_HEARTBEAT_SECS`: how often workers report; a job of a worker silent for
     /// two beats is handed to another.
     pub heartbeat_secs: u64,
+    /// `ENGRAM_METRICS_BIND`: where `GET /metrics` is served (`off`: nowhere).
+    pub metrics_bind: Option<SocketAddr>,
     /// The settings the domain reads.
     pub settings: Settings,
 }
@@ -189,6 +191,13 @@ impl Config {
                 parse("ENGRAM_FAILPOINT_INGEST_DELAY_MS", 0)?
             },
             heartbeat_secs: parse("ENGRAM_WORKER_HEARTBEAT_SECS", 10)?,
+            metrics_bind: match var("ENGRAM_METRICS_BIND").as_deref() {
+                Some("off") => None,
+                Some(v) => Some(v.parse().map_err(|e| {
+                    anyhow::anyhow!("ENGRAM_METRICS_BIND={v:?} is not an address: {e}")
+                })?),
+                None => Some("127.0.0.1:9464".parse()?),
+            },
             settings,
         })
         .and_then(|c: Config| {

@@ -4,6 +4,7 @@
 //! - `api`: the JSON API under `/api`, and its OpenAPI document;
 //! - `guide`: the plain-text agent guide at `/agent-guide`;
 //! - `mcp`: the MCP endpoint at `/mcp` (streamable HTTP, the API's tools);
+//! - `metrics`: Prometheus metrics at `/metrics`, on an address of its own;
 //! - `portal`: the Leptos portal (SSR + hydration), its sessions and cross-site protection;
 //! - `sessions`: the PostgreSQL session store;
 //! - `standin`: a stand-in OpenAI-compatible LLM for the proxy's tests and bench;
@@ -15,6 +16,7 @@ pub mod bench;
 pub mod config;
 pub mod guide;
 pub mod mcp;
+pub mod metrics;
 pub mod portal;
 pub mod sessions;
 pub mod standin;
@@ -195,6 +197,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT));
     portal::router(&state)
         .merge(api)
+        .layer(axum::middleware::from_fn(metrics::track))
         .layer(axum::middleware::from_fn(telemetry::log_request))
         .with_state(state)
 }

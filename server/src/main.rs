@@ -188,6 +188,19 @@ async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
             }
         });
     }
+    if let Some(addr) = config.metrics_bind {
+        // Recording starts now; the scrape address is the operator's, never the public one. A
+        // second process on the machine finds it taken: it serves the rest without it.
+        server::metrics::handle();
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(url = %format!("http://{addr}/metrics"), "metrics");
+                let router = server::metrics::router(state.clone());
+                tokio::spawn(async move { axum::serve(listener, router).await });
+            }
+            Err(e) => tracing::warn!(%addr, error = %e, "metrics not served: the address is taken"),
+        }
+    }
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.bind))?;

@@ -118,7 +118,10 @@ async fn render(state: &AppState, handle: &PrometheusHandle) -> Response {
             .set(s.busy_ns.load(Relaxed) as f64 / 1e9);
     }
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         handle.render(),
     )
         .into_response()

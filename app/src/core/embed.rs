@@ -451,6 +451,8 @@ fn run_model(
             Err(e) => Err(e.clone()),
         };
         let paused = yielder.paused - paused_before;
+        let lane = if yield_to.is_some() { "bulk" } else { "query" };
+        metrics::histogram!("engram_embed_batch_size", "lane" => lane).record(texts.len() as f64);
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.texts.fetch_add(texts.len() as u64, Ordering::Relaxed);
         stats.busy_ns.fetch_add(

@@ -171,6 +171,7 @@ pub async fn process(ctx: &IngestContext, task_id: Uuid) -> anyhow::Result<()> {
             Err(e) if tries < ctx.options.max_tries => {
                 let wait = ctx.options.backoff * 2u32.saturating_pow(tries - 1);
                 tracing::warn!(task.id = %task_id, attempt = tries, error = %format!("{e:#}"), wait_ms = wait.as_millis() as u64, "ingest failed, retrying");
+                metrics::counter!("engram_tasks_total", "outcome" => "retried").increment(1);
                 tokio::time::sleep(wait).await;
                 // `attempts` counts every try, so clients and tests see the retries.
                 let next: Option<i32> = sqlx::query_scalar("update tasks set attempts = attempts + 1 where id = $1 and status = 'processing' returning attempts")
@@ -188,6 +189,7 @@ pub async fn process(ctx: &IngestContext, task_id: Uuid) -> anyhow::Result<()> {
                     .bind(message)
                     .execute(&ctx.pool)
                     .await?;
+                metrics::counter!("engram_tasks_total", "outcome" => "failed").increment(1);
                 return Ok(());
             }
         }
@@ -377,7 +379,7 @@ async fn store_batch(pool: &PgPool, batch: &[Store]) -> anyhow::Result<()> {
     let sectors: Vec<&str> = batch.iter().map(|s| SECTORS[s.sector]).collect();
     let seqs: Vec<i64> = batch.iter().map(|s| s.seq).collect();
     let days: Vec<NaiveDate> = batch.iter().map(|s| s.event_day).collect();
-    sqlx::query(
+    let done = sqlx::query(
         "with batch as (
              select * from unnest($1::uuid[], $2::bigint[], $3::text[], $4::uuid[], $5::text[],
                  $6::jsonb[], $7::text[], $8::text[], $9::real[], $10::vector[], $11::bigint[],
@@ -416,6 +418,8 @@ async fn store_batch(pool: &PgPool, batch: &[Store]) -> anyhow::Result<()> {
     .bind(MODEL_NAME)
     .execute(pool)
     .await?;
+    metrics::counter!("engram_tasks_total", "outcome" => "completed")
+        .increment(done.rows_affected());
     Ok(())
 }
 

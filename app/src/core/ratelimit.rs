@@ -26,6 +26,8 @@ impl RateLimiter {
         }
         entry.1 += 1;
         if entry.1 > limit {
+            let kind = key.split(':').next().unwrap_or("other").to_string();
+            metrics::counter!("engram_rate_limited_total", "limit" => kind).increment(1);
             let retry = window
                 .saturating_sub(now.duration_since(entry.0))
                 .as_secs()
