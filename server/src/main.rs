@@ -171,22 +171,33 @@ async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
     let (pool, state) = start(&config).await?;
     server::seed_model_catalog(&pool, &config.model_catalog).await;
     server::spawn_housekeeping(state.clone(), Duration::from_secs(5));
+    // One SIGTERM (or Ctrl-C) stops both: the HTTP server stops accepting and finishes its
+    // requests, the worker stops fetching and finishes its jobs; then the process exits.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("stopping: finishing in-flight requests and jobs");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let mut worker_done = None;
     if with_worker {
         let ctx = server::ingest_context(&state, ingest_options(&config));
         let (concurrency, heartbeat) = (
             config.worker_concurrency,
             Duration::from_secs(config.heartbeat_secs),
         );
-        tokio::spawn(async move {
+        let stop = stopped(stop_rx.clone());
+        worker_done = Some(tokio::spawn(async move {
             if let Err(e) = ctx.warm_up().await {
                 tracing::error!(error = %format!("{e:#}"), "the embedding model could not be loaded");
             }
-            if let Err(e) =
-                server::worker::run(pool, ctx, concurrency, heartbeat, shutdown_signal()).await
-            {
+            if let Err(e) = server::worker::run(pool, ctx, concurrency, heartbeat, stop).await {
                 tracing::error!(error = %format!("{e:#}"), "worker stopped");
             }
-        });
+        }));
     }
     if let Some(addr) = config.metrics_bind {
         // Recording starts now; the scrape address is the operator's, never the public one. A
@@ -211,10 +222,20 @@ async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
         listener,
         server::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(stopped(stop_rx))
     .await?;
+    if let Some(worker) = worker_done {
+        // The jobs under way finish (a job is a forward pass and a write: seconds at most).
+        if tokio::time::timeout(WORKER_DRAIN, worker).await.is_err() {
+            tracing::warn!("the worker's jobs did not finish in time; they will be retried");
+        }
+    }
+    tracing::info!("stopped");
     Ok(())
 }
+
+/// Longest a stopping `serve` waits for its worker's jobs.
+const WORKER_DRAIN: Duration = Duration::from_secs(30);
 
 async fn worker(mut config: Config) -> anyhow::Result<()> {
     // A worker answers no API calls: no key cache, so no connection listening for key changes.

@@ -138,3 +138,164 @@ async fn pooled_connections_the_server_dropped_are_replaced() {
         assert_eq!(one, 1);
     }
 }
+
+/// `engram serve` on SIGTERM: the request under way (a proxied chat whose upstream takes 0.8 s)
+/// is answered, the job under way (held 3 s by the failpoint, so it outlasts the request)
+/// completes, then the process exits cleanly and no longer answers.
+#[tokio::test]
+async fn sigterm_finishes_in_flight_requests_and_jobs_then_exits() {
+    let (_name, url) = fresh_database().await;
+    let (upstream, _) = server::standin::spawn(server::standin::Options {
+        slow_ms: 800,
+        ..Default::default()
+    })
+    .await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+        .arg("serve")
+        .env("DATABASE_URL", &url)
+        .env("ENGRAM_BIND", format!("127.0.0.1:{port}"))
+        .env("ENGRAM_METRICS_BIND", "off")
+        .env("ENGRAM_FAILPOINT_INGEST_DELAY_MS", "3000")
+        .env("ENGRAM_MODEL_DIR", app::core::embed::default_model_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let http = client();
+    let mut ready = false;
+    for _ in 0..240 {
+        if let Ok(r) = http.get(format!("{base}/api/ready")).send().await {
+            if r.status() == 200 {
+                ready = true;
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(ready, "the server never became ready");
+    let creds = serde_json::json!({"email": "drain@example.com", "password": "password123"});
+    http.post(format!("{base}/api/auth/register"))
+        .json(&creds)
+        .send()
+        .await
+        .unwrap();
+    let login: serde_json::Value = http
+        .post(format!("{base}/api/auth/login"))
+        .form(&[
+            ("username", "drain@example.com"),
+            ("password", "password123"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = login["access_token"].as_str().unwrap();
+    let key: serde_json::Value = http
+        .post(format!("{base}/api/keys"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"name": "drain"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = key["data"]["key"].as_str().unwrap().to_string();
+    let r = http
+        .put(format!("{base}/api/v1/proxy/settings"))
+        .header("x-api-key", &key)
+        .json(&serde_json::json!({"base_url": upstream, "model": "slow"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // A job under way.
+    let queued: serde_json::Value = http
+        .post(format!("{base}/api/v1/memories"))
+        .header("x-api-key", &key)
+        .json(&serde_json::json!({"content": "Stored while the server stops"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let task = queued["task_id"].as_str().unwrap().to_string();
+    let mut processing = false;
+    for _ in 0..600 {
+        let t: serde_json::Value = http
+            .get(format!("{base}/api/v1/tasks/{task}"))
+            .header("x-api-key", &key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if t["data"]["status"] == "processing" {
+            processing = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(processing, "the job never started");
+
+    // A request under way.
+    let chat = {
+        let (http, base, key) = (http.clone(), base.clone(), key.clone());
+        tokio::spawn(async move {
+            http.post(format!("{base}/api/v1/chat/completions"))
+                .bearer_auth(key)
+                .header("x-engram-remember", "off")
+                .json(&serde_json::json!({"messages": [{"role": "user", "content": "hello"}]}))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    assert_eq!(
+        chat.await.unwrap().unwrap(),
+        200,
+        "the request under way is answered"
+    );
+    let mut exited = None;
+    for _ in 0..300 {
+        if let Some(status) = child.try_wait().unwrap() {
+            exited = Some(status);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let Some(status) = exited else {
+        let _ = child.kill();
+        panic!("the server did not exit within 30 s of SIGTERM");
+    };
+    assert!(status.success(), "{status:?}");
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    let state: String = sqlx::query_scalar("select status from tasks where id = $1::uuid")
+        .bind(&task)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        state, "completed",
+        "the job under way finished before the exit"
+    );
+    assert!(http.get(format!("{base}/api/ready")).send().await.is_err());
+}

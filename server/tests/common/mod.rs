@@ -111,6 +111,9 @@ pub async fn spawn_with(opts: Opts) -> TestApp {
 }
 
 pub fn client() -> reqwest::Client {
+    // The process's rustls provider, as `server::build_state` installs it (a test may build a
+    // client before any state).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
