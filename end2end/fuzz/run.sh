@@ -16,6 +16,8 @@ checks=(--checks all --exclude-checks positive_data_acceptance,negative_data_rej
 [ "${ENGRAM_FUZZ_ALL_CHECKS:-0}" = 1 ] && checks=(--checks all)
 st=${ENGRAM_CACHE:-$HOME/.cache/engram}/venv/bin/schemathesis
 cd "$(dirname "$0")"
+# JSON Lines (import, export): see hooks.py.
+export SCHEMATHESIS_HOOKS=hooks
 # One worker: with two, hypothesis's lambda introspection can trip CPython 3.11's
 # "AST constructor recursion depth mismatch" (an error of the tool, not a finding).
 email="fuzz-$(date +%s)-$RANDOM@example.com"

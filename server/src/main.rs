@@ -37,6 +37,21 @@ enum Command {
         #[command(subcommand)]
         which: ModelsCommand,
     },
+    /// Export an account (projects, conversations, memories with their vectors) as JSON Lines.
+    Export {
+        /// The account's e-mail.
+        email: String,
+        /// Where to write; standard output when omitted.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Import an export into an account, in one transaction.
+    Import {
+        /// The account's e-mail.
+        email: String,
+        /// The export (JSON Lines).
+        file: std::path::PathBuf,
+    },
     /// A stand-in OpenAI-compatible LLM (echoes, streams word by word) for tests and for trying
     /// the proxy without a provider; see `server::standin`.
     StandInLlm {
@@ -113,6 +128,36 @@ fn main() -> anyhow::Result<()> {
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 println!("{}", server::describe_import(&file, &report));
+                Ok(())
+            }
+            Command::Export { email, out } => {
+                let (state, user_id) = account_by_email(&config, &email).await?;
+                let mut stream = std::pin::pin!(server::api::transfer::export_stream(
+                    state.pool.clone(),
+                    user_id,
+                    Some(email)
+                ));
+                let mut sink: Box<dyn std::io::Write> = match &out {
+                    Some(path) => Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+                    None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+                };
+                use futures::StreamExt;
+                while let Some(chunk) = stream.next().await {
+                    sink.write_all(&chunk?)?;
+                }
+                sink.flush()?;
+                Ok(())
+            }
+            Command::Import { email, file } => {
+                let (state, user_id) = account_by_email(&config, &email).await?;
+                let reader = tokio::fs::File::open(&file)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+                let chunks = file_chunks(reader);
+                let report = server::api::transfer::import_stream(&state, user_id, chunks)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{}", e.user_message()))?;
+                println!("{}", serde_json::to_string_pretty(&report)?);
                 Ok(())
             }
             Command::StandInLlm {
@@ -236,6 +281,39 @@ async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
 
 /// Longest a stopping `serve` waits for its worker's jobs.
 const WORKER_DRAIN: Duration = Duration::from_secs(30);
+
+/// The state of a one-off command and the account with `email`.
+async fn account_by_email(
+    config: &Config,
+    email: &str,
+) -> anyhow::Result<(app::core::state::AppState, i64)> {
+    let (_, state) = start(config).await?;
+    let id: Option<i64> = sqlx::query_scalar("select id from users where email = lower($1)")
+        .bind(email.trim())
+        .fetch_optional(&state.pool)
+        .await?;
+    let id = id.ok_or_else(|| anyhow::anyhow!("no account with the e-mail {email}"))?;
+    Ok((state, id))
+}
+
+/// A file read as a stream of chunks (ends after an error).
+fn file_chunks(
+    file: tokio::fs::File,
+) -> std::pin::Pin<Box<dyn futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send>> {
+    use tokio::io::AsyncReadExt;
+    Box::pin(futures::stream::unfold(Some(file), |file| async move {
+        let mut file = file?;
+        let mut buf = vec![0u8; 1 << 16];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(bytes::Bytes::from(buf)), Some(file)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    }))
+}
 
 async fn worker(mut config: Config) -> anyhow::Result<()> {
     // A worker answers no API calls: no key cache, so no connection listening for key changes.

@@ -1130,6 +1130,38 @@ async fn every_response_matches_the_document() {
         200
     );
 
+    // Export (JSON Lines, not JSON: its content type is checked) and import.
+    let r = app
+        .http
+        .get(app.url("/api/v1/export"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ndjson = c.operation("GET", "/api/v1/export")["responses"]["200"]["content"]
+        .get("application/x-ndjson")
+        .is_some();
+    assert!(ndjson, "the export is documented as JSON Lines");
+    assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+    c.seen.insert(("get".into(), "/api/v1/export".into()));
+    let exported = r.text().await.unwrap();
+    for (payload, status) in [(exported, 200), ("not json".to_string(), 422)] {
+        let (s, b) = body(
+            app.http
+                .post(app.url("/api/v1/import"))
+                .header("x-api-key", &key)
+                .header("content-type", "application/x-ndjson")
+                .body(payload)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(s, status, "{b}");
+        c.check("POST", "/api/v1/import", status, &b);
+    }
+
     c.assert_all_exercised();
 }
 

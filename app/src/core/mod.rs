@@ -13,6 +13,7 @@
 //!   a query or a memory's metadata names;
 //! - `mail`, `smtp`: outgoing mail and the development mailbox;
 //! - `ratelimit`, `usage`: in-memory limits and batched API-call counts;
+//! - `transfer`: an account's export and import as JSON Lines;
 //! - `group`: group commit, for the writes many requests or jobs make at once.
 pub mod accounts;
 pub mod claims;
@@ -40,5 +41,6 @@ pub mod state;
 pub mod tasks;
 pub mod terms;
 pub mod time;
+pub mod transfer;
 pub mod usage;
 pub mod validate;

@@ -97,6 +97,7 @@ pub const OPENAI_TAG: &str = "openai";
         (name = "models", description = "The public catalogue of LLMs: context windows, prices, capabilities (no credential)"),
         (name = "conversations", description = "Chats stored message by message; user and assistant messages are remembered"),
         (name = "openai", description = "OpenAI-compatible routes: point an OpenAI SDK at `/api/v1` with an Engram key. Errors here are in OpenAI's shape, `{\"error\": {message, type, param, code}}`"),
+        (name = "transfer", description = "An account's export and import, as JSON Lines"),
         (name = "proxy", description = "The LLM proxy's upstream for this account"),
         (name = "memoryx", description = "The paths MemoryX's published SDKs call, over the same functions"),
         (name = "service", description = "Health and readiness")

@@ -10,6 +10,7 @@
 //! - `chat`: the OpenAI-compatible proxy, `/api/v1/chat/completions`, `/api/v1/models` and
 //!   `/api/v1/proxy/settings`;
 //! - `models`: `/api/v1/models/search`, the public model catalogue;
+//! - `transfer`: `/api/v1/export`, `/api/v1/import` (JSON Lines);
 //! - `memoryx`: the paths MemoryX's SDKs call, as aliases over the same functions.
 //!
 //! Routes are registered through utoipa-axum's `routes!`, which adds a handler and its
@@ -25,6 +26,7 @@ pub mod memories;
 pub mod memoryx;
 pub mod models;
 pub mod projects;
+pub mod transfer;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -81,6 +83,8 @@ fn documented() -> (Router<AppState>, OpenApi) {
             chat::put_proxy_settings,
             chat::delete_proxy_settings
         ))
+        .routes(routes!(transfer::export))
+        .routes(routes!(transfer::import))
         .routes(routes!(models::search_models))
         .routes(routes!(models::get_model))
         .split_for_parts();
