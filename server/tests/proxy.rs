@@ -724,3 +724,32 @@ async fn the_model_list_comes_from_the_catalogue_and_unknown_models_are_flagged(
     assert!((cost.unwrap() - expected).abs() < 1e-12, "{costs:?}");
     assert_eq!(costs[1].1, None);
 }
+
+#[tokio::test]
+async fn the_servers_default_upstream_serves_accounts_without_their_own() {
+    let (url, upstream) = standin::spawn(standin::Options::default()).await;
+    let mut opts = Opts::default();
+    opts.settings.proxy.default_upstream = Some(app::core::proxy::Upstream {
+        base_url: url,
+        api_key: Some("sk-server-wide".into()),
+        model: Some("standin-large".into()),
+        provider: None,
+    });
+    let app = spawn_with(opts).await;
+    let (_, key) = app.user("defaulted@example.com").await;
+    let (_, shown) = app.get("/api/v1/proxy/settings", Some(&key)).await;
+    assert_eq!(shown["data"]["source"], "server", "{shown}");
+    assert!(!shown.to_string().contains("sk-server-wide"));
+    let r = chat(
+        &app,
+        &key,
+        json!({"messages": [{"role": "user", "content": "hello"}]}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = upstream.last().unwrap();
+    assert_eq!(sent["authorization"], "Bearer sk-server-wide");
+    assert_eq!(sent["body"]["model"], "standin-large");
+}

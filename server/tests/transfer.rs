@@ -20,7 +20,7 @@ type MemoryFields = (
     String,
 );
 
-/// Every exported field of the account's memories, in order (ids of the account left out,
+/// Every exported field of the account's memories, in the order they were stored (ids of the account left out,
 /// the conversation named by its title instead of its id).
 async fn memories_of(app: &TestApp, email: &str) -> Vec<MemoryFields> {
     sqlx::query_as(
@@ -32,7 +32,7 @@ async fn memories_of(app: &TestApp, email: &str) -> Vec<MemoryFields> {
          from memories m join users u on u.id = m.user_id
          join projects p on p.user_id = m.user_id and p.id = m.project_id
          left join conversations c on c.id::text = m.metadata ->> 'conversation_id' and c.user_id = m.user_id
-         where u.email = $1 order by m.seq",
+         where u.email = $1 order by m.created_at, m.seq",
     )
     .bind(email)
     .fetch_all(&app.pool)

@@ -86,8 +86,10 @@ fn to_line(v: &Line) -> String {
 /// Where an export has got to.
 pub enum Stage {
     Start,
+    /// Memories after this (stored at, stream position): the order they were stored in, on
+    /// the account's `created_at` index.
     Memories {
-        after: Option<(DateTime<Utc>, Uuid)>,
+        after: Option<(DateTime<Utc>, i64)>,
     },
     Done,
 }
@@ -105,11 +107,12 @@ type MemoryRow = (
     NaiveDate,
     String,
     Vector,
+    i64,
 );
 
 /// The next chunk of the account's export (many lines), and the stage after it; `None` at
 /// the end. Projects and conversations come in the first chunk, memories a page at a time in
-/// the order they were stored.
+/// the order they were stored (memories stored together in their submission order).
 pub async fn next_chunk(
     pool: &PgPool,
     user_id: i64,
@@ -199,10 +202,10 @@ pub async fn next_chunk(
         Stage::Memories { after } => {
             let rows: Vec<MemoryRow> = sqlx::query_as(
                 "select id, project_id, content, metadata, agent_id, cognitive_sector, importance_score,
-                        created_at, updated_at, event_day, embedding_model, embedding
+                        created_at, updated_at, event_day, embedding_model, embedding, seq
                  from memories where user_id = $1
-                   and ($2::timestamptz is null or (created_at, id) > ($2, $3))
-                 order by created_at, id limit $4",
+                   and ($2::timestamptz is null or (created_at, seq) > ($2, $3))
+                 order by created_at, seq limit $4",
             )
             .bind(user_id)
             .bind(after.map(|a| a.0))
@@ -213,7 +216,7 @@ pub async fn next_chunk(
             if rows.is_empty() {
                 return Ok(None);
             }
-            let last = rows.last().map(|r| (r.7, r.0));
+            let last = rows.last().map(|r| (r.7, r.12));
             let full = rows.len() as i64 == PAGE;
             let mut out = String::new();
             for (
@@ -229,6 +232,7 @@ pub async fn next_chunk(
                 event_day,
                 model,
                 embedding,
+                _seq,
             ) in rows
             {
                 out.push_str(&to_line(&Line::Memory {
