@@ -50,6 +50,10 @@ pub enum Bench {
         /// answered.
         #[arg(long, default_value_t = 1000.0)]
         paced_rate: f64,
+        /// Real text: the rounds post these LoCoMo turns in order (cycled), and the embedder's
+        /// own rate is measured on them, instead of synthetic ~100-character texts.
+        #[arg(long)]
+        locomo: Option<PathBuf>,
     },
     /// Retrieval quality on LoCoMo conversations.
     Locomo {
@@ -117,7 +121,8 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             counts,
             clients,
             paced_rate,
-        } => ingest(config, &counts, clients, paced_rate).await,
+            locomo,
+        } => ingest(config, &counts, clients, paced_rate, locomo.as_ref()).await,
         Bench::Locomo { data, reuse, sweep } => locomo(config, &data, reuse, sweep).await,
         Bench::Search {
             sizes,
@@ -718,14 +723,41 @@ async fn ingest(
     counts: &[usize],
     clients: usize,
     paced_rate: f64,
+    locomo: Option<&PathBuf>,
 ) -> anyhow::Result<()> {
+    let turns: Option<Vec<String>> = match locomo {
+        Some(path) => Some(
+            load_locomo(path)?
+                .into_iter()
+                .flat_map(|c| c.turns.into_iter().map(|t| t.1))
+                .collect(),
+        ),
+        None => None,
+    };
+    // The texts of a round: real turns from a different place in the file each round, or
+    // synthetic ones.
+    let texts_for = |n: usize, seed: u64| -> Vec<String> {
+        match &turns {
+            Some(t) => t
+                .iter()
+                .cycle()
+                .skip((seed as usize * 997) % t.len())
+                .take(n)
+                .cloned()
+                .collect(),
+            None => synthetic_texts(n, seed),
+        }
+    };
     let h = harness(&config, true).await?;
     println!("# bench ingest (2 cores; one process: HTTP + apalis worker + embedder; worker concurrency {})", config.worker_concurrency);
 
     // The embedder's own batched rate, measured in the same run before and after each round
     // (the machine's speed drifts by a few per cent between minutes); each round is compared with
     // the mean of the two measurements around it.
-    let texts = synthetic_texts(768, 1);
+    let texts = texts_for(768, 1);
+    if turns.is_some() {
+        println!("(real text: LoCoMo turns)");
+    }
     h.state.embedder.embed_many(&texts[..32]).await?;
     let embedder_rate = || async {
         let start = Instant::now();
@@ -745,13 +777,13 @@ async fn ingest(
     // would be a tenth of the samples.
     let (user, key) = h.account("warmup@bench.local").await?;
     let since = h.db_now().await?;
-    post_all(&h, &key, Arc::new(synthetic_texts(256, 99)), clients).await?;
+    post_all(&h, &key, Arc::new(texts_for(256, 99)), clients).await?;
     h.wait_all(user, 256, since).await?;
 
     let mut rate_before = embedder_rate().await?;
     for (round, &n) in counts.iter().enumerate() {
         let (user, key) = h.account(&format!("ingest{round}@bench.local")).await?;
-        let texts = Arc::new(synthetic_texts(n, 100 + round as u64));
+        let texts = Arc::new(texts_for(n, 100 + round as u64));
         let before = EmbedSnapshot::take(&h.state.embedder);
         let since = h.db_now().await?;
         let start = Instant::now();
@@ -781,7 +813,7 @@ async fn ingest(
     // latency is the clients' number over the server's rate).
     let n = (3.0 * paced_rate).round() as usize;
     let (user, key) = h.account("paced@bench.local").await?;
-    let texts = Arc::new(synthetic_texts(n, 50));
+    let texts = Arc::new(texts_for(n, 50));
     let before = EmbedSnapshot::take(&h.state.embedder);
     let since = h.db_now().await?;
     let every = Duration::from_secs_f64(clients as f64 / paced_rate);
