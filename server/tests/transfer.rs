@@ -298,6 +298,28 @@ async fn a_bad_file_imports_nothing_and_other_models_are_queued() {
     assert_eq!(model, "all-MiniLM-L6-v2");
     let (s, _) = import(&app, &key, String::new()).await;
     assert_eq!(s, 200);
+    // The same conversation (a client id) imported twice: one conversation, and the second
+    // import's memory joins it.
+    let conversation = r#"{"type":"conversation","id":"00000000-0000-0000-0000-0000000000c1","project_id":"p1","title":"t","external_id":"c-1","created_at":"2026-11-01T00:00:00Z","updated_at":"2026-11-01T00:00:00Z","messages":[{"id":"00000000-0000-0000-0000-0000000000d1","role":"user","content":"hi","name":null,"tokens":null,"sent_at":null,"created_at":"2026-11-01T00:00:00Z"}]}"#;
+    let mut joined: Value =
+        serde_json::from_str(&memory("In the conversation", "other-model")).unwrap();
+    joined["metadata"] = json!({"conversation_id": "00000000-0000-0000-0000-0000000000c1"});
+    for _ in 0..2 {
+        let (s, b) = import(&app, &key, format!("{project}\n{conversation}\n{joined}\n")).await;
+        assert_eq!(s, 200, "{b}");
+    }
+    let (_, convs) = app.get("/api/v1/conversations", Some(&key)).await;
+    assert_eq!(convs["total"], 1, "{convs}");
+    assert_eq!(convs["data"][0]["message_count"], 1);
+    let named: Vec<String> = sqlx::query_scalar(
+        "select metadata ->> 'conversation_id' from tasks where content = 'In the conversation'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let id = convs["data"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(named, vec![id.clone(), id]);
+
     let r = app
         .http
         .post(app.url("/api/v1/import"))

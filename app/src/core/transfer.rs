@@ -387,23 +387,6 @@ impl<'a> Import<'a> {
                 messages,
             } => {
                 let project = self.project(n, &project_id)?;
-                let new_id = Uuid::new_v4();
-                sqlx::query(
-                    "insert into conversations (id, user_id, project_id, external_id, title, message_count, created_at, updated_at)
-                     values ($1, $2, $3, $4, $5, $6, $7, $8)
-                     on conflict (user_id, external_id) do nothing",
-                )
-                .bind(new_id)
-                .bind(self.user_id)
-                .bind(&project)
-                .bind(&external_id)
-                .bind(&title)
-                .bind(messages.len() as i32)
-                .bind(created_at)
-                .bind(updated_at)
-                .execute(&mut *self.tx)
-                .await?;
-                let mut ids = vec![];
                 for m in &messages {
                     if !super::conversations::ROLES.contains(&m.role.as_str()) {
                         return Err(bad_line(
@@ -411,6 +394,37 @@ impl<'a> Import<'a> {
                             format!("Value error, unknown role {:?}", m.role),
                         ));
                     }
+                }
+                let inserted: Option<Uuid> = sqlx::query_scalar(
+                    "insert into conversations (id, user_id, project_id, external_id, title, message_count, created_at, updated_at)
+                     values ($1, $2, $3, $4, $5, $6, $7, $8)
+                     on conflict (user_id, external_id) do nothing returning id",
+                )
+                .bind(Uuid::new_v4())
+                .bind(self.user_id)
+                .bind(&project)
+                .bind(&external_id)
+                .bind(&title)
+                .bind(messages.len() as i32)
+                .bind(created_at)
+                .bind(updated_at)
+                .fetch_optional(&mut *self.tx)
+                .await?;
+                let Some(new_id) = inserted else {
+                    // The account has a conversation with this client id already (an export
+                    // imported twice): its memories join that one; its messages stay as they are.
+                    let existing: Uuid = sqlx::query_scalar(
+                        "select id from conversations where user_id = $1 and external_id = $2",
+                    )
+                    .bind(self.user_id)
+                    .bind(&external_id)
+                    .fetch_one(&mut *self.tx)
+                    .await?;
+                    self.conversations.insert(id.to_string(), existing);
+                    return Ok(());
+                };
+                let mut ids = vec![];
+                for m in &messages {
                     let mid = Uuid::new_v4();
                     self.messages.insert(m.id.to_string(), mid);
                     ids.push(mid);
@@ -419,8 +433,7 @@ impl<'a> Import<'a> {
                     "insert into conversation_messages (id, conversation_id, position, role, content, name, tokens, sent_at, created_at)
                      select m.id, $2, m.ord::int, m.role, m.content, m.name, m.tokens, m.sent_at, m.created_at
                      from unnest($1::uuid[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[], $8::timestamptz[])
-                          with ordinality as m(id, role, content, name, tokens, sent_at, created_at, ord)
-                     where exists (select 1 from conversations c where c.id = $2)",
+                          with ordinality as m(id, role, content, name, tokens, sent_at, created_at, ord)",
                 )
                 .bind(&ids)
                 .bind(new_id)
