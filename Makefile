@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/engram/target
 export SQLX_OFFLINE := true
 unexport DATABASE_URL
 
-.PHONY: run test setup build site lint bench-ingest bench-search bench-locomo bench-classifier bench-embed bench-models bench-proxy clean-db
+.PHONY: run test setup build site lint bench-ingest bench-search bench-locomo bench-classifier bench-embed bench-models bench-proxy bench-stats clean-db
 
 run: setup build
 	ENGRAM_SITE_ROOT=$(CARGO_TARGET_DIR)/site $(CARGO_TARGET_DIR)/release/engram serve
@@ -44,6 +44,9 @@ bench-models: setup
 
 bench-proxy: setup
 	cargo run --release -p server -- bench proxy
+
+bench-stats: setup
+	cargo run --release -p server -- bench stats
 
 bench-embed: setup
 	cargo run --release -p server -- bench embed

@@ -38,6 +38,7 @@ DATABASE_URL=postgres://engram:engram@127.0.0.1:5432/$db ENGRAM_BIND=127.0.0.1:$
   ENGRAM_SITE_ROOT=$CARGO_TARGET_DIR/site ENGRAM_RATE_REGISTER_PER_HOUR=1000 \
   ENGRAM_RATE_AUTO_REGISTER_PER_HOUR=1000 ENGRAM_RATE_MODELS_PER_MIN=10000 ENGRAM_RATE_API_PER_MIN=100000 ENGRAM_LOG=info \
   ENGRAM_UPSTREAM_ALLOWED_HOSTS=127.0.0.1 ENGRAM_UPSTREAM_TIMEOUT_SECS=10 \
+  ENGRAM_BILLING_WEBHOOK_SECRET=whsec_engram_e2e ENGRAM_BILLING_CONTACT=ops@example.com \
   "$CARGO_TARGET_DIR/debug/engram" serve >"$log" 2>&1 &
 server_pid=$!
 trap 'kill $server_pid $standin_pid 2>/dev/null || true; wait $server_pid $standin_pid 2>/dev/null || true' EXIT
@@ -51,6 +52,7 @@ echo "== Client tests (MCP's, MemoryX's and OpenAI's official SDKs against the l
 ENGRAM_BASE_URL=http://127.0.0.1:$port "${ENGRAM_CACHE:-$HOME/.cache/engram}/venv/bin/python" -m pytest -q -p no:cacheprovider end2end/clients \
   || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }
 echo "== Browser tests"
-(cd end2end && ENGRAM_BASE_URL=http://127.0.0.1:$port npx playwright test) || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }
+(cd end2end && ENGRAM_BASE_URL=http://127.0.0.1:$port ENGRAM_BIN="$CARGO_TARGET_DIR/debug/engram" \
+  ENGRAM_E2E_DATABASE_URL=postgres://engram:engram@127.0.0.1:5432/$db npx playwright test) || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }
 echo "== API fuzzing (schemathesis against /api/openapi.json)"
 bash end2end/fuzz/run.sh "http://127.0.0.1:$port" || { echo "--- server log (tail)"; tail -40 "$log"; exit 1; }

@@ -208,3 +208,155 @@ pub struct InjectedMemory {
     pub score: f32,
     pub created_at: String,
 }
+
+/// Memories of one sector.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct SectorCount {
+    /// `episodic`, `semantic`, `procedural`, `emotional` or `reflective`.
+    pub sector: String,
+    pub memories: i64,
+}
+
+/// A project's size.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct ProjectSize {
+    pub project_id: String,
+    pub name: String,
+    pub memories: i64,
+    pub storage_bytes: i64,
+}
+
+/// An account's totals (`GET /api/stats`), with MemoryX's field names where it had them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct AccountStats {
+    pub success: bool,
+    /// Memories stored (queued ones are `tasks_pending`).
+    pub total_memories: i64,
+    pub total_projects: i64,
+    pub total_conversations: i64,
+    pub total_api_keys: i64,
+    /// Machine accounts claimed into this account.
+    pub machines_claimed: i64,
+    /// Memories queued and not yet stored.
+    pub tasks_pending: i64,
+    /// Bytes stored: text, metadata and vectors.
+    pub storage_bytes: i64,
+    /// `storage_bytes` for people, e.g. `1.4 MB`.
+    pub storage_used: String,
+    /// Calls with the account's API keys today (UTC).
+    pub api_calls_today: i64,
+    /// … and since the 1st of this month (UTC).
+    pub api_calls_this_month: i64,
+    pub account_created: String,
+    /// The account's plan (`GET /api/subscription/status` for its quotas).
+    pub plan: String,
+    /// Memories per sector, every sector listed.
+    pub sectors: Vec<SectorCount>,
+    /// The ten largest projects, largest first.
+    pub top_projects: Vec<ProjectSize>,
+}
+
+/// One day of an account's usage.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct DailyUsage {
+    /// `YYYY-MM-DD` (UTC).
+    pub date: String,
+    /// API calls with the account's keys.
+    pub calls: i64,
+    pub memories_created: i64,
+    pub searches: i64,
+    /// Median search time (server side), when there were searches.
+    pub search_p50_ms: Option<f64>,
+    pub tasks_completed: i64,
+    pub tasks_failed: i64,
+    /// Median time from `POST` to `completed`, when tasks completed.
+    pub task_p50_ms: Option<f64>,
+    /// Requests through the LLM proxy, and their tokens.
+    pub proxy_requests: i64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+}
+
+/// Usage per day (`GET /api/stats/usage`), oldest first.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct UsageHistory {
+    pub success: bool,
+    pub days: i64,
+    pub daily: Vec<DailyUsage>,
+}
+
+/// A plan's quotas; `null` is unlimited.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct PlanLimits {
+    /// Memories stored (queued ones included).
+    pub memories: Option<i64>,
+    pub api_calls_per_month: Option<i64>,
+    pub searches_per_day: Option<i64>,
+    /// Proxy tokens (in and out) per month.
+    pub proxy_tokens_per_month: Option<i64>,
+    pub projects: Option<i64>,
+    /// Machine accounts claimed.
+    pub machines: Option<i64>,
+}
+
+/// A subscription plan.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct PlanView {
+    pub name: String,
+    pub display_name: String,
+    pub price_label: String,
+    pub limits: PlanLimits,
+    /// The plan new accounts get.
+    pub is_default: bool,
+}
+
+/// One quota's use.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct QuotaUse {
+    /// `memories`, `api_calls_per_month`, `searches_per_day`, `proxy_tokens_per_month`,
+    /// `projects` or `machines`.
+    pub quota: String,
+    /// The quota in words.
+    pub label: String,
+    pub used: i64,
+    /// `null`: unlimited.
+    pub limit: Option<i64>,
+    pub remaining: Option<i64>,
+    /// When the count starts again (monthly and daily quotas).
+    pub resets_at: Option<String>,
+}
+
+/// How to change plans.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct Billing {
+    /// The checkout page, when billing is configured.
+    pub checkout_url: Option<String>,
+    /// Whom to ask (the operator), when set.
+    pub contact: Option<String>,
+}
+
+/// The account's plan and each quota's use (`GET /api/subscription/status`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+pub struct SubscriptionStatus {
+    pub success: bool,
+    pub plan: PlanView,
+    /// When the plan ends (then the account returns to the default plan); `null`: no end.
+    pub plan_until: Option<String>,
+    /// The current monthly period: the 1st of this month to the 1st of the next (UTC).
+    pub period_start: String,
+    pub period_end: String,
+    pub quotas: Vec<QuotaUse>,
+    /// Every plan there is, for choosing.
+    pub plans: Vec<PlanView>,
+    pub billing: Billing,
+}

@@ -42,7 +42,7 @@ test('a wrong password shows an error next to the field', async ({ page }) => {
   await logIn(page, email, 'not-the-password');
   await expect(page.getByTestId('error-password')).toContainText('Incorrect email or password');
   await logIn(page, email, password);
-  await expect(page).toHaveURL(/\/keys$/);
+  await expect(page).toHaveURL(/\/dashboard$/);
 });
 
 test('sign-up errors show next to their fields', async ({ page }) => {

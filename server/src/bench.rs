@@ -95,6 +95,18 @@ pub enum Bench {
         #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
         data: PathBuf,
     },
+    /// Statistics over HTTP on a large account: `GET /api/stats/usage?days=365` and
+    /// `GET /api/stats`.
+    Stats {
+        /// Memories in the account (real LoCoMo turns, numbered so each is distinct).
+        #[arg(long, default_value_t = 1_000_000)]
+        memories: usize,
+        /// Requests measured per route.
+        #[arg(long, default_value_t = 300)]
+        requests: usize,
+        #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
+        data: PathBuf,
+    },
 }
 
 pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
@@ -135,7 +147,151 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             requests,
             data,
         } => proxy_overhead(config, memories, requests, &data).await,
+        Bench::Stats {
+            memories,
+            requests,
+            data,
+        } => stats_latency(config, memories, requests, &data).await,
     }
+}
+
+/// An account of `memories` memories (10 projects, every sector, created over the last year,
+/// a year of daily usage with search and task histograms), then the statistics routes timed over
+/// HTTP. The memories are inserted in bulk (no queue), without the HNSW index, which statistics
+/// never read and which would take hours to build at this size on 2 cores; every other index and
+/// the roll-up triggers are in place.
+async fn stats_latency(
+    config: Config,
+    memories: usize,
+    requests: usize,
+    data: &PathBuf,
+) -> anyhow::Result<()> {
+    let turns: Vec<String> = load_locomo(data)?
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|t| t.1.clone()))
+        .collect();
+    let mean = turns.iter().map(|t| t.len()).sum::<usize>() as f64 / turns.len().max(1) as f64;
+    let h = harness(&config, false).await?;
+    let (user, key) = h.account("stats@bench.local").await?;
+    let pool: &PgPool = &h.state.pool;
+    for i in 1..10 {
+        app::core::projects::create(pool, user, &format!("project-{i}"), None)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let projects: Vec<String> =
+        sqlx::query_scalar("select id from projects where user_id = $1 order by id")
+            .bind(user)
+            .fetch_all(pool)
+            .await?;
+    sqlx::query("drop index memories_embedding_idx")
+        .execute(pool)
+        .await?;
+    let started = Instant::now();
+    let chunk = 50_000usize;
+    let mut done = 0usize;
+    while done < memories {
+        let n = chunk.min(memories - done);
+        sqlx::query(
+            "insert into memories (id, user_id, project_id, content, metadata, cognitive_sector,
+                 importance_score, embedding, embedding_model, created_at)
+             select gen_random_uuid(), $1, ($2::text[])[1 + (g % array_length($2::text[], 1))],
+                 ($3::text[])[1 + (g % array_length($3::text[], 1))] || ' #' || g,
+                 jsonb_build_object('n', g),
+                 (array['episodic','semantic','procedural','emotional','reflective'])[1 + (g * 7 % 5)],
+                 0.5, array_fill(0.05::real, array[384])::vector, 'all-MiniLM-L6-v2',
+                 now() - (g % 365) * interval '1 day'
+             from generate_series($4::bigint, $5::bigint) g",
+        )
+        .bind(user)
+        .bind(&projects)
+        .bind(&turns)
+        .bind(done as i64)
+        .bind((done + n - 1) as i64)
+        .execute(pool)
+        .await?;
+        done += n;
+        eprint!(
+            "\r# {done} memories inserted ({:.0} s)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!();
+    // A year of API calls, searches and tasks with their latency histograms.
+    sqlx::query(
+        "update usage_daily set api_calls = 5000 + (extract(doy from day)::int * 37 % 3000),
+             searches = 800 + (extract(doy from day)::int * 13 % 400),
+             search_ms = hist_of(array(select hist_bucket(12 + (g % 40)) from generate_series(1, 200) g)),
+             tasks_completed = memories_created, task_ms = hist_of(array(select hist_bucket(30 + (g % 300)) from generate_series(1, 200) g)),
+             proxy_requests = 40, proxy_tokens_in = 52000, proxy_tokens_out = 9000
+         where user_id = $1",
+    )
+    .bind(user)
+    .execute(pool)
+    .await?;
+    let mut conn = PgConnection::connect(&replace_db(&config.database_url, "engram_bench")).await?;
+    let note = settle(&mut conn).await?;
+    let (rows, days): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from memories where user_id = $1), (select count(*) from usage_daily where user_id = $1)",
+    )
+    .bind(user)
+    .fetch_one(pool)
+    .await?;
+    println!(
+        "account: {rows} memories (LoCoMo turns, mean {mean:.0} characters) in 10 projects, {days} days of usage; loaded in {:.0} s{note}",
+        started.elapsed().as_secs_f64()
+    );
+    for path in ["/api/stats/usage?days=365", "/api/stats"] {
+        for _ in 0..20 {
+            h.http
+                .get(format!("{}{path}", h.base))
+                .header("x-api-key", &key)
+                .send()
+                .await?
+                .error_for_status()?;
+        }
+        let mut ms = Vec::with_capacity(requests);
+        let mut last = Value::Null;
+        for _ in 0..requests {
+            let t = Instant::now();
+            let r = h
+                .http
+                .get(format!("{}{path}", h.base))
+                .header("x-api-key", &key)
+                .send()
+                .await?;
+            let status = r.status();
+            let bytes = r.bytes().await?;
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            anyhow::ensure!(status.is_success(), "{path}: {status}");
+            last = serde_json::from_slice(&bytes)?;
+        }
+        let ms = sorted(ms);
+        println!(
+            "GET {path}: {requests} requests, one client, p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            percentile(&ms, 50.0),
+            percentile(&ms, 95.0),
+            percentile(&ms, 99.0),
+            ms.last().copied().unwrap_or(f64::NAN)
+        );
+        if path == "/api/stats" {
+            anyhow::ensure!(
+                last["total_memories"] == rows,
+                "total_memories {} != {rows}",
+                last["total_memories"]
+            );
+            println!(
+                "  total_memories {} (counted rows {rows}), storage {}",
+                last["total_memories"], last["storage_used"]
+            );
+        } else {
+            anyhow::ensure!(
+                last["daily"].as_array().map(Vec::len) == Some(365),
+                "365 days"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// One chat completion: (time to the first body byte, total), in ms.

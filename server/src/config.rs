@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use app::core::proxy::{self, ProxySettings, Upstream};
-use app::core::state::{ClaimLimits, LimitSettings, LlmSettings, Settings};
+use app::core::state::{BillingSettings, ClaimLimits, LimitSettings, LlmSettings, Settings};
 use sha2::Digest;
 
 /// Everything the process reads from its environment.
@@ -162,6 +162,12 @@ impl Config {
             )
             .map_err(|e| anyhow::anyhow!("ENGRAM_TRUSTED_PROXIES: {e}"))?,
             proxy,
+            billing: BillingSettings {
+                default_plan: var("ENGRAM_DEFAULT_PLAN").unwrap_or_else(|| "unlimited".into()),
+                webhook_secret: var("ENGRAM_BILLING_WEBHOOK_SECRET"),
+                checkout_url: var("ENGRAM_BILLING_CHECKOUT_URL"),
+                contact: var("ENGRAM_BILLING_CONTACT"),
+            },
             key_cache: match var("ENGRAM_KEY_CACHE").as_deref() {
                 None | Some("on") => true,
                 Some("off") => false,

@@ -112,7 +112,11 @@ pub fn build_state(
     let _ = rustls::crypto::ring::default_provider().install_default();
     let keys = app::core::keys::KeyCache::new(settings.key_cache);
     keys.listen(pool.clone());
+    let quotas: Arc<app::core::plans::Quotas> = Default::default();
+    quotas.listen(pool.clone());
     AppState::new(app::core::state::AppStateInner {
+        quotas,
+        stats: Default::default(),
         keys,
         writer: app::core::memories::EnqueueWriter::spawn(pool.clone(), embedder.foreground()),
         pool,
@@ -200,6 +204,19 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(axum::middleware::from_fn(telemetry::log_request))
         .with_state(state)
+}
+
+/// Writes this process's daily counts and reads again the quota use of the accounts it serves,
+/// every 2 seconds (see `app::core::plans`).
+pub fn spawn_quota_refresh(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if let Err(e) = state.quotas.refresh(&state.pool, &state.stats).await {
+                tracing::warn!(error = %e, "reading quota use failed; retrying");
+            }
+        }
+    })
 }
 
 /// Writes batched API-call counts and removes expired sessions, every few seconds.

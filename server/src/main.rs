@@ -37,6 +37,12 @@ enum Command {
         #[command(subcommand)]
         which: ModelsCommand,
     },
+    /// Subscription plans: define them, put accounts on them, list them. Changes take effect
+    /// at once in every running process.
+    Plan {
+        #[command(subcommand)]
+        which: PlanCommand,
+    },
     /// Export an account (projects, conversations, memories with their vectors) as JSON Lines.
     Export {
         /// The account's e-mail.
@@ -70,6 +76,52 @@ enum Command {
         #[command(subcommand)]
         which: server::bench::Bench,
     },
+}
+
+#[derive(Subcommand)]
+enum PlanCommand {
+    /// Create or replace a plan; a quota left out is unlimited.
+    Define {
+        /// The plan's name: a-z, 0-9, '_' and '-'.
+        name: String,
+        /// The name people see (default: the name, capitalised).
+        #[arg(long)]
+        display_name: Option<String>,
+        /// The price as people see it (`$9 / month`).
+        #[arg(long)]
+        price: Option<String>,
+        /// Memories stored (queued ones included).
+        #[arg(long)]
+        memories: Option<i64>,
+        /// API calls per calendar month (UTC).
+        #[arg(long)]
+        api_calls_per_month: Option<i64>,
+        /// Searches per day (UTC).
+        #[arg(long)]
+        searches_per_day: Option<i64>,
+        /// LLM proxy tokens (in and out) per calendar month.
+        #[arg(long)]
+        proxy_tokens_per_month: Option<i64>,
+        /// Projects.
+        #[arg(long)]
+        projects: Option<i64>,
+        /// Machine accounts claimed.
+        #[arg(long)]
+        machines: Option<i64>,
+    },
+    /// Put an account on a plan.
+    Assign {
+        /// The account's e-mail.
+        email: String,
+        /// The plan's name.
+        plan: String,
+        /// The last day on the plan (`2027-01-31`, through its end, UTC) or an RFC 3339 time;
+        /// then the account returns to the default plan.
+        #[arg(long)]
+        until: Option<String>,
+    },
+    /// List the plans.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -130,6 +182,7 @@ fn main() -> anyhow::Result<()> {
                 println!("{}", server::describe_import(&file, &report));
                 Ok(())
             }
+            Command::Plan { which } => plan_command(&config, which).await,
             Command::Export { email, out } => {
                 let (state, user_id) = account_by_email(&config, &email).await?;
                 let mut stream = std::pin::pin!(server::api::transfer::export_stream(
@@ -179,6 +232,105 @@ fn main() -> anyhow::Result<()> {
     })
 }
 
+/// `engram plan …`.
+async fn plan_command(config: &Config, which: PlanCommand) -> anyhow::Result<()> {
+    use app::core::plans;
+    let pool = server::connect(&config.database_url).await?;
+    server::migrate(&pool).await?;
+    let fail = |e: app::core::error::AppError| anyhow::anyhow!("{}", e.user_message());
+    match which {
+        PlanCommand::Define {
+            name,
+            display_name,
+            price,
+            memories,
+            api_calls_per_month,
+            searches_per_day,
+            proxy_tokens_per_month,
+            projects,
+            machines,
+        } => {
+            let plan = plans::define(
+                &pool,
+                &name,
+                display_name.as_deref(),
+                price.as_deref(),
+                [
+                    memories,
+                    api_calls_per_month,
+                    searches_per_day,
+                    proxy_tokens_per_month,
+                    projects,
+                    machines,
+                ],
+            )
+            .await
+            .map_err(fail)?;
+            println!("plan {} defined", plan.name);
+            print_plans(&[plan]);
+        }
+        PlanCommand::Assign { email, plan, until } => {
+            let until = until.as_deref().map(parse_until).transpose()?;
+            plans::assign(&pool, &email, &plan, until)
+                .await
+                .map_err(fail)?;
+            match until {
+                Some(t) => println!(
+                    "{email} is on the {plan} plan until {}",
+                    app::core::time::iso(t)
+                ),
+                None => println!("{email} is on the {plan} plan"),
+            }
+        }
+        PlanCommand::List => print_plans(&plans::list(&pool).await.map_err(fail)?),
+    }
+    Ok(())
+}
+
+/// `2027-01-31` (through the end of that day, UTC) or an RFC 3339 time.
+fn parse_until(text: &str) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    if let Ok(day) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        let next = day + chrono::Duration::days(1);
+        return Ok(next.and_hms_opt(0, 0, 0).expect("midnight").and_utc());
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|_| {
+            anyhow::anyhow!("--until {text:?}: give a day (2027-01-31) or an RFC 3339 time")
+        })
+}
+
+fn print_plans(plans: &[app::core::plans::Plan]) {
+    let show = |l: Option<i64>| l.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
+    println!(
+        "{:<16} {:<20} {:>12} {:>16} {:>14} {:>18} {:>10} {:>10}  price",
+        "name",
+        "display",
+        "memories",
+        "api/month",
+        "searches/day",
+        "proxy tokens/mo",
+        "projects",
+        "machines"
+    );
+    for p in plans {
+        let l = &p.limits;
+        println!(
+            "{:<16} {:<20} {:>12} {:>16} {:>14} {:>18} {:>10} {:>10}  {}{}",
+            p.name,
+            p.display_name,
+            show(l[0]),
+            show(l[1]),
+            show(l[2]),
+            show(l[3]),
+            show(l[4]),
+            show(l[5]),
+            p.price_label,
+            if p.is_default { "  (default)" } else { "" }
+        );
+    }
+}
+
 fn ingest_options(config: &Config) -> IngestOptions {
     IngestOptions {
         delay_after_start: Duration::from_millis(config.failpoint_ingest_delay_ms),
@@ -215,7 +367,11 @@ async fn start(config: &Config) -> anyhow::Result<(sqlx::PgPool, app::core::stat
 async fn serve(config: Config, with_worker: bool) -> anyhow::Result<()> {
     let (pool, state) = start(&config).await?;
     server::seed_model_catalog(&pool, &config.model_catalog).await;
+    app::core::plans::set_default(&pool, &config.settings.billing.default_plan)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.user_message()))?;
     server::spawn_housekeeping(state.clone(), Duration::from_secs(5));
+    server::spawn_quota_refresh(state.clone());
     // One SIGTERM (or Ctrl-C) stops both: the HTTP server stops accepting and finishes its
     // requests, the worker stops fetching and finishes its jobs; then the process exits.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

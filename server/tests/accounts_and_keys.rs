@@ -336,7 +336,7 @@ async fn a_cached_key_deleted_by_another_process_is_refused_once_the_change_is_a
     assert_eq!(app.get("/api/v1/projects", Some(&key)).await.0, 200);
     let cut: i64 = sqlx::query_scalar(
         "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity
-         where datname = current_database() and query ilike 'listen%') t",
+         where datname = current_database() and query ilike 'listen%engram_api_keys%') t",
     )
     .fetch_one(&app.pool)
     .await

@@ -666,9 +666,7 @@ async fn a_claim_code_cannot_be_brute_forced_from_one_machine_or_many() {
     .unwrap();
     assert_eq!(claim_verify(&app, fp, code).await.0, 429);
     let merged = app::core::claims::verify(
-        &app.pool,
-        &app.state.settings.limits.claims,
-        &app.state.keys,
+        &app.state,
         app::core::claims::ClaimRef::ForHuman {
             machine_id,
             human_id: victim,

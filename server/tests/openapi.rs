@@ -1162,6 +1162,73 @@ async fn every_response_matches_the_document() {
         c.check("POST", "/api/v1/import", status, &b);
     }
 
+    // Statistics, the subscription and its quotas, the billing webhook.
+    for (template, auth, status) in [
+        ("/api/stats", k, 200),
+        ("/api/stats", Bearer(&token), 200),
+        ("/api/stats", Anon, 401),
+        ("/api/stats/usage?days=7", k, 200),
+        ("/api/stats/usage?days=0", k, 422),
+        ("/api/subscription/status", k, 200),
+        ("/api/subscription/status", Anon, 401),
+        ("/api/v1/quota", k, 200),
+        ("/api/v1/quota", Anon, 401),
+    ] {
+        let (s, b) = c.call(&app, M::GET, template, &[], None, auth).await;
+        assert_eq!(s, status, "{template}: {b}");
+    }
+    let secret = app.state.settings.billing.webhook_secret.clone().unwrap();
+    let event = serde_json::to_vec(
+        &json!({"id": "evt_doc", "type": "customer.subscription.updated",
+        "data": {"object": {"metadata": {"email": "doc@example.com", "plan": "free"}}}}),
+    )
+    .unwrap();
+    let now = chrono::Utc::now().timestamp();
+    for (signature, status) in [
+        (app::core::plans::sign(b"wrong", &event, now), 400),
+        (app::core::plans::sign(secret.as_bytes(), &event, now), 200),
+        (app::core::plans::sign(secret.as_bytes(), &event, now), 409),
+    ] {
+        let (s, b) = body(
+            app.http
+                .post(app.url("/api/subscription/webhook"))
+                .header("content-type", "application/json")
+                .header("stripe-signature", signature)
+                .body(event.clone())
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(s, status, "{b}");
+        c.check("POST", "/api/subscription/webhook", status, &b);
+    }
+    // On the free plan now; a plan of no memories refuses the next one (402).
+    app::core::plans::define(
+        &app.pool,
+        "none",
+        None,
+        None,
+        [Some(0), None, None, None, None, None],
+    )
+    .await
+    .unwrap();
+    app::core::plans::assign(&app.pool, "doc@example.com", "none", None)
+        .await
+        .unwrap();
+    app.state.quotas.forget_all();
+    let (s, b) = c
+        .call(
+            &app,
+            M::POST,
+            "/api/v1/memories",
+            &[],
+            Some(&json!({"content": "one too many"})),
+            k,
+        )
+        .await;
+    assert_eq!(s, 402, "{b}");
+
     c.assert_all_exercised();
 }
 

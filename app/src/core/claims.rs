@@ -15,7 +15,6 @@ use sqlx::{PgConnection, PgPool};
 
 use super::crypto;
 use super::error::{AppError, AppResult};
-use super::keys::KeyCache;
 use super::machines;
 use super::mail::{self, ClaimMail};
 use super::state::{ClaimLimits, Settings};
@@ -281,12 +280,11 @@ pub enum ClaimRef<'a> {
 /// agents API, for the e-mail) no code is checked at all (429). The machine's keys act for the
 /// human from the answer on: the key cache forgets them once the merge commits.
 pub async fn verify(
-    pool: &PgPool,
-    limits: &ClaimLimits,
-    keys: &KeyCache,
+    state: &super::state::AppState,
     claim: ClaimRef<'_>,
     code: &str,
 ) -> AppResult<i64> {
+    let (pool, limits, keys) = (&state.pool, &state.settings.limits.claims, &state.keys);
     let invalid = || AppError::BadRequest("Invalid or expired verification code".into());
     let mut tx = pool.begin().await?;
     let machine_id = match claim {
@@ -374,13 +372,30 @@ pub async fn verify(
         tx.commit().await?;
         return Err(over.unwrap_or_else(invalid));
     }
-    merge(&mut tx, machine_id, human_id).await?;
-    sqlx::query("delete from claims where machine_id = $1")
-        .bind(machine_id)
-        .execute(&mut *tx)
+    // The human's plan must allow one more machine (402: the claim stays, to be finished once
+    // the plan allows it).
+    use super::plans::Quota;
+    state
+        .quotas
+        .charge(pool, &state.stats, human_id, Quota::Machines, 1)
         .await?;
-    let committed = tx.commit().await;
+    let merged = async {
+        merge(&mut tx, machine_id, human_id).await?;
+        sqlx::query("delete from claims where machine_id = $1")
+            .bind(machine_id)
+            .execute(&mut *tx)
+            .await?;
+        Ok::<_, AppError>(())
+    }
+    .await;
+    let committed = match merged {
+        Ok(()) => tx.commit().await.map_err(AppError::from),
+        Err(e) => Err(e),
+    };
     keys.forget_all();
+    // The human's figures now include the machine's memories and calls: read them again.
+    state.quotas.forget(human_id);
+    state.quotas.forget(machine_id);
     committed?;
     Ok(human_id)
 }
@@ -465,6 +480,33 @@ async fn merge(tx: &mut PgConnection, machine: i64, human: i64) -> AppResult<()>
     sqlx::query("update api_keys set user_id = $2 where user_id = $1")
         .bind(machine)
         .bind(human)
+        .execute(&mut *tx)
+        .await?;
+    // The machine's daily counts (calls, memories created, searches, tasks, proxy use) are the
+    // human's from now on, so its use this month counts toward the human's plan.
+    sqlx::query(
+        "insert into usage_daily as h (user_id, day, api_calls, memories_created, searches, search_ms,
+             tasks_completed, tasks_failed, task_ms, proxy_requests, proxy_tokens_in, proxy_tokens_out)
+         select $2, day, api_calls, memories_created, searches, search_ms, tasks_completed,
+             tasks_failed, task_ms, proxy_requests, proxy_tokens_in, proxy_tokens_out
+         from usage_daily where user_id = $1 order by day
+         on conflict (user_id, day) do update set api_calls = h.api_calls + excluded.api_calls,
+             memories_created = h.memories_created + excluded.memories_created,
+             searches = h.searches + excluded.searches,
+             search_ms = hist_add(h.search_ms, excluded.search_ms),
+             tasks_completed = h.tasks_completed + excluded.tasks_completed,
+             tasks_failed = h.tasks_failed + excluded.tasks_failed,
+             task_ms = hist_add(h.task_ms, excluded.task_ms),
+             proxy_requests = h.proxy_requests + excluded.proxy_requests,
+             proxy_tokens_in = h.proxy_tokens_in + excluded.proxy_tokens_in,
+             proxy_tokens_out = h.proxy_tokens_out + excluded.proxy_tokens_out",
+    )
+    .bind(machine)
+    .bind(human)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("delete from usage_daily where user_id = $1")
+        .bind(machine)
         .execute(&mut *tx)
         .await?;
     sqlx::query("update users set claimed_by = $2, claimed_at = now() where id = $1")

@@ -167,6 +167,28 @@ pub async fn create(
 /// and a task per user or assistant message (their memories' order is the messages'). With
 /// `batch`, the tasks also form one batch whose id is answered (MemoryX's flush).
 pub async fn append(
+    state: &crate::core::state::AppState,
+    user_id: i64,
+    target: &Target,
+    messages: &[NewMessage],
+    batch: bool,
+) -> AppResult<Appended> {
+    // Each user or assistant message becomes a memory: the plan's memories quota must allow
+    // them all (402 otherwise, nothing written).
+    let remembered = messages
+        .iter()
+        .filter(|m| REMEMBERED.contains(&m.role.as_str()))
+        .count();
+    memories::charged(
+        state,
+        user_id,
+        remembered,
+        append_in(&state.pool, user_id, target, messages, batch),
+    )
+    .await
+}
+
+async fn append_in(
     pool: &PgPool,
     user_id: i64,
     target: &Target,

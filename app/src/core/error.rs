@@ -76,6 +76,10 @@ pub enum AppError {
     Conflict(String),
     #[error("request body too large")]
     PayloadTooLarge,
+    /// A quota of the account's plan would be exceeded (402); the message names the quota, the
+    /// use, the limit and the plan.
+    #[error("{0}")]
+    PaymentRequired(String),
     #[error("{message}")]
     RateLimited {
         message: String,
@@ -104,6 +108,7 @@ impl AppError {
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Conflict(_) => StatusCode::CONFLICT,
             AppError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::PaymentRequired(_) => StatusCode::PAYMENT_REQUIRED,
             AppError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

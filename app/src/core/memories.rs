@@ -76,15 +76,41 @@ impl FromFields for NewMemory {
 /// once they are committed: an answered task id is never lost.
 pub async fn enqueue(state: &AppState, user_id: i64, new: &NewMemory) -> AppResult<Uuid> {
     let project_id = resolve_project(state, user_id, &new.project).await?;
-    state
-        .writer
-        .submit(Pending {
-            user_id,
-            project_id,
-            memories: vec![new.clone()],
-            batch: false,
-        })
-        .await
+    charged(state, user_id, 1, async {
+        state
+            .writer
+            .submit(Pending {
+                user_id,
+                project_id,
+                memories: vec![new.clone()],
+                batch: false,
+            })
+            .await
+    })
+    .await
+}
+
+/// Runs `write` (which queues `n` memories) if the plan's memories quota allows `n` more (402
+/// otherwise, nothing written); a failed write gives its count back.
+pub async fn charged<T>(
+    state: &AppState,
+    user_id: i64,
+    n: usize,
+    write: impl std::future::Future<Output = AppResult<T>>,
+) -> AppResult<T> {
+    use super::plans::Quota;
+    let n = n as i64;
+    if n > 0 {
+        state
+            .quotas
+            .charge(&state.pool, &state.stats, user_id, Quota::Memories, n)
+            .await?;
+    }
+    let result = write.await;
+    if result.is_err() && n > 0 {
+        state.quotas.adjust(user_id, Quota::Memories, -n);
+    }
+    result
 }
 
 /// Most memories in one batch (MemoryX's clients send up to 200).
@@ -100,15 +126,19 @@ pub async fn enqueue_batch(
     memories: Vec<NewMemory>,
 ) -> AppResult<Uuid> {
     let project_id = resolve_project(state, user_id, project).await?;
-    state
-        .writer
-        .submit(Pending {
-            user_id,
-            project_id,
-            memories,
-            batch: true,
-        })
-        .await
+    let n = memories.len();
+    charged(state, user_id, n, async {
+        state
+            .writer
+            .submit(Pending {
+                user_id,
+                project_id,
+                memories,
+                batch: true,
+            })
+            .await
+    })
+    .await
 }
 
 /// Queues memories of one project inside the caller's transaction, written with rows of its

@@ -13,6 +13,8 @@
 //!   a query or a memory's metadata names;
 //! - `mail`, `smtp`: outgoing mail and the development mailbox;
 //! - `ratelimit`, `usage`: in-memory limits and batched API-call counts;
+//! - `stats`: an account's statistics from daily roll-ups; `plans`: plans, quotas (402) and
+//!   the billing webhook;
 //! - `transfer`: an account's export and import as JSON Lines;
 //! - `group`: group commit, for the writes many requests or jobs make at once.
 pub mod accounts;
@@ -32,12 +34,14 @@ pub mod machines;
 pub mod mail;
 pub mod memories;
 pub mod models;
+pub mod plans;
 pub mod projects;
 pub mod proxy;
 pub mod ratelimit;
 pub mod search;
 pub mod smtp;
 pub mod state;
+pub mod stats;
 pub mod tasks;
 pub mod terms;
 pub mod time;

@@ -89,6 +89,26 @@ pub async fn create(
     }
 }
 
+/// Creates a project for a client (the API, the portal) if the plan's projects quota allows
+/// one more (402 otherwise).
+pub async fn create_for(
+    state: &super::state::AppState,
+    user_id: i64,
+    name: &str,
+    description: Option<&str>,
+) -> AppResult<ProjectView> {
+    use super::plans::Quota;
+    state
+        .quotas
+        .charge(&state.pool, &state.stats, user_id, Quota::Projects, 1)
+        .await?;
+    let created = create(&state.pool, user_id, name, description).await;
+    if created.is_err() {
+        state.quotas.adjust(user_id, Quota::Projects, -1);
+    }
+    created
+}
+
 /// Deletes a project with its memories and pending tasks; answers how many memories went.
 /// The `default` project cannot be deleted (409).
 pub async fn delete(

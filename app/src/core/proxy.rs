@@ -708,6 +708,18 @@ pub async fn prepare(
         .iter()
         .map(|m| estimate_tokens(&content_text(m)) as i64 + 4)
         .sum();
+    // The plan's monthly proxy tokens: the prompt must fit (402 otherwise); the reply's tokens
+    // are counted when it has ended.
+    state
+        .quotas
+        .charge(
+            pool,
+            &state.stats,
+            user_id,
+            super::plans::Quota::ProxyTokensPerMonth,
+            prompt_estimate,
+        )
+        .await?;
     body.insert("model".into(), Value::String(model.clone()));
     body.insert("messages".into(), Value::Array(upstream_messages));
 
@@ -735,7 +747,7 @@ pub async fn prepare(
                 project: remember_project,
             };
             // Made now, so its id can be answered.
-            let done = conversations::append(pool, user_id, &target, &[], false).await?;
+            let done = conversations::append(state, user_id, &target, &[], false).await?;
             (
                 Some(Target::Id(done.conversation_id)),
                 Some(done.conversation_id),
@@ -833,6 +845,11 @@ impl Exchange {
         if let Err(e) = record(&self.state.pool, &record_row).await {
             tracing::warn!(error = %e, "recording a proxied request");
         }
+        self.state.quotas.adjust(
+            self.user_id,
+            super::plans::Quota::ProxyTokensPerMonth,
+            prompt + completion - self.prompt_estimate,
+        );
         let Some(target) = self.target.filter(|_| remember) else {
             return;
         };
@@ -855,7 +872,7 @@ impl Exchange {
             return;
         }
         if let Err(e) =
-            conversations::append(&self.state.pool, self.user_id, &target, &messages, false).await
+            conversations::append(&self.state, self.user_id, &target, &messages, false).await
         {
             tracing::warn!(error = %e, "remembering a proxied exchange");
         }

@@ -151,6 +151,31 @@ pub async fn search(
     .await
 }
 
+/// A search a client asked for (the API's routes, MCP, the portal): held to the plan's daily
+/// searches (402) and counted, with its time, in the account's statistics.
+pub async fn search_for(
+    state: &super::state::AppState,
+    user_id: i64,
+    project: Option<&str>,
+    query: &str,
+    limit: i64,
+) -> AppResult<(Vec<SearchHit>, Timings)> {
+    use super::plans::Quota;
+    state
+        .quotas
+        .charge(&state.pool, &state.stats, user_id, Quota::SearchesPerDay, 1)
+        .await?;
+    let started = std::time::Instant::now();
+    let result = search(&state.pool, &state.embedder, user_id, project, query, limit).await;
+    match &result {
+        Ok(_) => state
+            .stats
+            .search(user_id, started.elapsed().as_secs_f64() * 1e3),
+        Err(_) => state.quotas.adjust(user_id, Quota::SearchesPerDay, -1),
+    }
+    result
+}
+
 /// `search` with other weights (benchmarks).
 pub async fn search_with(
     pool: &PgPool,

@@ -42,6 +42,38 @@ pub struct Settings {
     pub trusted_proxies: super::clientaddr::TrustedProxies,
     /// The LLM proxy: upstreams, the key sealing theirs, injection.
     pub proxy: super::proxy::ProxySettings,
+    /// Plans and billing.
+    pub billing: BillingSettings,
+}
+
+/// Plans and billing: the plan new accounts get, the webhook's secret, how to change plans.
+#[derive(Clone, Debug)]
+pub struct BillingSettings {
+    /// `ENGRAM_DEFAULT_PLAN` (`unlimited` unless set).
+    pub default_plan: String,
+    /// The billing webhook's signing secret; `None`: the webhook is off.
+    pub webhook_secret: Option<String>,
+    /// Where a user goes to change plans, when billing is configured.
+    pub checkout_url: Option<String>,
+    /// Whom a user asks to change plans (the operator).
+    pub contact: Option<String>,
+}
+
+impl BillingSettings {
+    pub fn for_tests() -> Self {
+        Self {
+            default_plan: "unlimited".into(),
+            webhook_secret: Some("whsec_engram_tests".into()),
+            checkout_url: None,
+            contact: Some("the operator of this server".into()),
+        }
+    }
+    pub fn view(&self) -> crate::types::Billing {
+        crate::types::Billing {
+            checkout_url: self.checkout_url.clone(),
+            contact: self.contact.clone(),
+        }
+    }
 }
 
 /// Rate limits of the contract; each can be raised by configuration.
@@ -120,6 +152,7 @@ impl Settings {
             key_cache: true,
             trusted_proxies: Default::default(),
             proxy: super::proxy::ProxySettings::for_tests(),
+            billing: BillingSettings::for_tests(),
         }
     }
 }
@@ -146,6 +179,10 @@ pub struct AppStateInner {
     pub keys: Arc<super::keys::KeyCache>,
     /// This process's copy of the public model catalogue.
     pub models: Arc<super::models::ModelCatalog>,
+    /// API calls and searches counted, not yet written to the daily roll-ups.
+    pub stats: Arc<super::stats::DailyRecorder>,
+    /// Plans and quota use of the accounts served (checked without a round trip).
+    pub quotas: Arc<super::plans::Quotas>,
 }
 
 impl AppState {

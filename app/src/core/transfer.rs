@@ -613,6 +613,13 @@ impl<'a> Import<'a> {
         Ok(())
     }
 
+    /// The memories the import adds (stored with their vectors, or queued).
+    pub fn memory_count(&self) -> usize {
+        self.report.memories_kept as usize
+            + self.kept.len()
+            + self.queued.values().map(Vec::len).sum::<usize>()
+    }
+
     /// Writes what is waiting and commits: the whole import, or nothing.
     pub async fn commit(mut self) -> AppResult<ImportReport> {
         self.write_kept().await?;

@@ -82,7 +82,7 @@ pub async fn log_in(email: String, password: String) -> Result<FormOutcome, Serv
     match accounts::authenticate(&state.pool, &email, &password).await {
         Ok(id) => {
             super::session::log_in(id).await?;
-            leptos_axum::redirect("/keys");
+            leptos_axum::redirect("/dashboard");
             Ok(FormOutcome::message("Logged in"))
         }
         Err(e) => form_error(e, "password"),
@@ -113,6 +113,7 @@ pub fn Nav() -> impl IntoView {
                     match user.await {
                         Ok(Some(u)) => view! {
                             <nav>
+                                <A href="/dashboard">"Dashboard"</A>
                                 <A href="/projects">"Projects"</A>
                                 <A href="/search">"Search"</A>
                                 <A href="/chat">"Chat"</A>
@@ -121,6 +122,7 @@ pub fn Nav() -> impl IntoView {
                                 <A href="/install">"Connect"</A>
                                 <A href="/claim">"Machines"</A>
                                 <A href="/models">"Models"</A>
+                                <A href="/plan">"Plan"</A>
                                 {u.development.then(|| view! { <A href="/dev/mailbox">"Mailbox"</A> })}
                                 <span class="who" data-test-id="who">{u.email.clone()}</span>
                                 <ActionForm action=logout attr:class="inline">

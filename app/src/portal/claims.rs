@@ -41,9 +41,7 @@ pub async fn confirm_claim(machine_id: i64, code: String) -> Result<FormOutcome,
     }
     let state = state()?;
     match verify(
-        &state.pool,
-        &state.settings.limits.claims,
-        &state.keys,
+        &state,
         ClaimRef::ForHuman {
             machine_id,
             human_id: user,

@@ -7,10 +7,12 @@
 //! - `projects`: projects, a project's memories, adding a memory, search;
 //! - `chat`: the chat page (through the LLM proxy) and the conversations;
 //! - `models`: the public model catalogue (no log-in);
-//! - `claims`: the claim page, claimed machines, the development mailbox.
+//! - `claims`: the claim page, claimed machines, the development mailbox;
+//! - `dashboard`: the dashboard (statistics with charts) and the plan page.
 pub mod auth;
 pub mod chat;
 pub mod claims;
+pub mod dashboard;
 pub mod install;
 pub mod keys;
 pub mod models;
@@ -53,6 +55,8 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("") view=Landing/>
                     <Route path=StaticSegment("signup") view=auth::SignupPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("dashboard") view=dashboard::DashboardPage ssr=SsrMode::Async/>
+                    <Route path=StaticSegment("plan") view=dashboard::PlanPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("keys") view=keys::KeysPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("install") view=install::InstallPage ssr=SsrMode::Async/>
                     <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async/>

@@ -36,7 +36,7 @@ pub async fn create_project(
         Ok(new) => new,
         Err(e) => return form_error(e, "name"),
     };
-    match projects::create(&state()?.pool, user, &new.name, new.description.as_deref()).await {
+    match projects::create_for(&state()?, user, &new.name, new.description.as_deref()).await {
         Ok(p) => Ok(FormOutcome::message(format!("Project {} created", p.name))),
         Err(e) => form_error(e, "name"),
     }
@@ -138,10 +138,9 @@ pub async fn search_memories(
         return Err(ServerFnError::new("Type 1 to 4,096 characters to search"));
     }
     let project = Some(project.trim()).filter(|p| !p.is_empty());
-    let (hits, _) =
-        crate::core::search::search(&state.pool, &state.embedder, user, project, &query, 20)
-            .await
-            .map_err(server_error)?;
+    let (hits, _) = crate::core::search::search_for(&state, user, project, &query, 20)
+        .await
+        .map_err(server_error)?;
     Ok(hits)
 }
 

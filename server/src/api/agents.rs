@@ -223,9 +223,7 @@ pub async fn claim_verify(
     Body(req): Body<ClaimVerifyRequest>,
 ) -> AppResult<Json<Data<ClaimMerged>>> {
     let human = claims::verify(
-        &state.pool,
-        &state.settings.limits.claims,
-        &state.keys,
+        &state,
         claims::ClaimRef::Fingerprint(&req.machine_fingerprint),
         &req.verification_code,
     )

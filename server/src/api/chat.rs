@@ -117,6 +117,12 @@ impl From<AppError> for OpenAiError {
                 "request_too_large",
                 message,
             ),
+            AppError::PaymentRequired(_) => Self::new(
+                StatusCode::PAYMENT_REQUIRED,
+                "insufficient_quota",
+                "quota_exceeded",
+                message,
+            ),
             AppError::Unauthorized(_) => Self::new(
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",

@@ -191,14 +191,8 @@ pub async fn append_messages(
 ) -> AppResult<Json<Appended>> {
     let id = uuid::Uuid::parse_str(&id)
         .map_err(|_| app::core::error::AppError::not_found("Conversation"))?;
-    let done = conversations::append(
-        &state.pool,
-        owner.user_id,
-        &Target::Id(id),
-        &req.messages,
-        false,
-    )
-    .await?;
+    let done =
+        conversations::append(&state, owner.user_id, &Target::Id(id), &req.messages, false).await?;
     Ok(Json(Appended {
         success: true,
         conversation_id: done.conversation_id.to_string(),

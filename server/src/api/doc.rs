@@ -98,6 +98,7 @@ pub const OPENAI_TAG: &str = "openai";
         (name = "conversations", description = "Chats stored message by message; user and assistant messages are remembered"),
         (name = "openai", description = "OpenAI-compatible routes: point an OpenAI SDK at `/api/v1` with an Engram key. Errors here are in OpenAI's shape, `{\"error\": {message, type, param, code}}`"),
         (name = "transfer", description = "An account's export and import, as JSON Lines"),
+        (name = "stats", description = "An account's statistics, its plan and quotas (over a quota: 402), the billing webhook"),
         (name = "proxy", description = "The LLM proxy's upstream for this account"),
         (name = "memoryx", description = "The paths MemoryX's published SDKs call, over the same functions"),
         (name = "service", description = "Health and readiness")
@@ -190,6 +191,18 @@ impl Modify for StandardErrors {
                         .entry(status.to_string())
                         .or_insert_with(|| error_response(description, schema));
                 };
+                // Work with an API key counts toward the plan's quotas.
+                let keyed = op.security.as_ref().is_some_and(|s| {
+                    let json = serde_json::to_string(s).unwrap_or_default();
+                    json.contains(API_KEY) || json.contains(BEARER_KEY)
+                });
+                if keyed {
+                    add(
+                        "402",
+                        "A quota of the account's plan is used up: `detail` names it, its use, its limit and the plan",
+                        false,
+                    );
+                }
                 if secured {
                     add("401", "Missing, malformed or revoked credential", false);
                     add("429", "Rate limit reached; see `Retry-After`", false);

@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use app::core::error::{AppError, FieldError};
 use app::core::keys::KeyOwner;
+use app::core::plans::Quota;
 use app::core::state::AppState;
 use app::core::validate::{Fields, FromFields};
 
@@ -116,9 +117,27 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
     }
 }
 
-/// The owner of a presented API key (401 when it is unknown or revoked), rate-limited and
-/// counted: the API's `X-API-Key` routes and the MCP endpoint check keys here.
+/// The owner of a presented API key (401 when it is unknown or revoked), rate-limited, held to
+/// the plan's monthly API calls (402) and counted: the API's `X-API-Key` routes and the MCP
+/// endpoint check keys here.
 pub async fn authenticate_key(state: &AppState, secret: &str) -> Result<KeyOwner, AppError> {
+    let owner = known_key(state, secret).await?;
+    state
+        .quotas
+        .charge(
+            &state.pool,
+            &state.stats,
+            owner.user_id,
+            Quota::ApiCallsPerMonth,
+            1,
+        )
+        .await?;
+    count_call(state, owner);
+    Ok(owner)
+}
+
+/// A known key, within its rate limit (not yet counted).
+async fn known_key(state: &AppState, secret: &str) -> Result<KeyOwner, AppError> {
     let owner = state
         .keys
         .authenticate(&state.pool, secret)
@@ -129,8 +148,73 @@ pub async fn authenticate_key(state: &AppState, secret: &str) -> Result<KeyOwner
         state.settings.limits.api_per_minute,
         std::time::Duration::from_secs(60),
     )?;
-    state.usage.record(owner.key_id);
     Ok(owner)
+}
+
+fn count_call(state: &AppState, owner: KeyOwner) {
+    state.usage.record(owner.key_id);
+    state.stats.api_call(owner.user_id);
+}
+
+/// The account asking for its own statistics or plan: an API key (`X-API-Key`, or `Bearer
+/// engram_…`), a bearer token of `POST /api/auth/login`, or the portal's session cookie. A key
+/// is rate-limited and counted but not held to the monthly API calls: an account over its quota
+/// can still see where it stands.
+pub struct AccountAuth(pub i64);
+
+impl FromRequestParts<AppState> for AccountAuth {
+    type Rejection = Response;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        if let Some(secret) = presented_key(&parts.headers) {
+            if parts.headers.contains_key("x-api-key")
+                || secret.starts_with(app::core::crypto::KEY_PREFIX)
+            {
+                let owner = known_key(state, secret)
+                    .await
+                    .map_err(IntoResponse::into_response)?;
+                count_call(state, owner);
+                return Ok(AccountAuth(owner.user_id));
+            }
+            return BearerAuth::from_request_parts(parts, state)
+                .await
+                .map(|BearerAuth(id)| AccountAuth(id));
+        }
+        if let Some(id) = session_user(state, &parts.headers)
+            .await
+            .map_err(IntoResponse::into_response)?
+        {
+            return Ok(AccountAuth(id));
+        }
+        Err(AppError::Unauthorized(
+            "Not authenticated: send an API key in X-API-Key, a bearer token, or log in to the portal"
+                .into(),
+        )
+        .into_response())
+    }
+}
+
+/// The user of the portal's session cookie (`engram_session`), if it names a live session.
+async fn session_user(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<i64>, AppError> {
+    let Some(id) = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix("engram_session="))
+    else {
+        return Ok(None);
+    };
+    let data: Option<Vec<u8>> =
+        sqlx::query_scalar("select data from sessions where id = $1 and expiry_date > now()")
+            .bind(id)
+            .fetch_optional(&state.pool)
+            .await?;
+    Ok(data
+        .and_then(|d| serde_json::from_slice::<serde_json::Value>(&d).ok())
+        .and_then(|v| v["data"]["user_id"].as_i64()))
 }
 
 /// The key in `X-API-Key`, or a bearer token (`Authorization: Bearer engram_…`, as OpenAI's

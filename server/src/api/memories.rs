@@ -209,9 +209,8 @@ pub async fn run_search(
     user_id: i64,
     req: &SearchRequest,
 ) -> AppResult<Vec<SearchHit>> {
-    let (hits, timings) = search::search(
-        &state.pool,
-        &state.embedder,
+    let (hits, timings) = search::search_for(
+        state,
         user_id,
         req.project_id.as_deref(),
         &req.query,

@@ -451,8 +451,7 @@ pub async fn flush_conversation(
             project,
         },
     };
-    let done =
-        conversations::append(&state.pool, owner.user_id, &target, &req.messages, true).await?;
+    let done = conversations::append(&state, owner.user_id, &target, &req.messages, true).await?;
     Ok(Json(FlushQueued {
         success: true,
         task_id: done.batch_id.map(|b| b.to_string()).unwrap_or_default(),

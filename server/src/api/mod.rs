@@ -11,6 +11,7 @@
 //!   `/api/v1/proxy/settings`;
 //! - `models`: `/api/v1/models/search`, the public model catalogue;
 //! - `transfer`: `/api/v1/export`, `/api/v1/import` (JSON Lines);
+//! - `stats`: `/api/stats`, `/api/stats/usage`, `/api/subscription/*`, MemoryX's `/api/v1/quota`;
 //! - `memoryx`: the paths MemoryX's SDKs call, as aliases over the same functions.
 //!
 //! Routes are registered through utoipa-axum's `routes!`, which adds a handler and its
@@ -26,6 +27,7 @@ pub mod memories;
 pub mod memoryx;
 pub mod models;
 pub mod projects;
+pub mod stats;
 pub mod transfer;
 
 use axum::extract::State;
@@ -87,6 +89,11 @@ fn documented() -> (Router<AppState>, OpenApi) {
         .routes(routes!(transfer::import))
         .routes(routes!(models::search_models))
         .routes(routes!(models::get_model))
+        .routes(routes!(stats::get_stats))
+        .routes(routes!(stats::get_usage))
+        .routes(routes!(stats::get_subscription))
+        .routes(routes!(stats::get_quota))
+        .routes(routes!(stats::billing_webhook))
         .split_for_parts();
     doc::StandardErrors.modify(&mut openapi);
     (router, openapi)

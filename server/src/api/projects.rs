@@ -35,13 +35,8 @@ pub async fn create_project(
     ApiKeyAuth(owner): ApiKeyAuth,
     Body(new): Body<NewProject>,
 ) -> AppResult<Json<Data<ProjectView>>> {
-    let project = projects::create(
-        &state.pool,
-        owner.user_id,
-        &new.name,
-        new.description.as_deref(),
-    )
-    .await?;
+    let project =
+        projects::create_for(&state, owner.user_id, &new.name, new.description.as_deref()).await?;
     Ok(Data::new(project))
 }
 

@@ -100,7 +100,9 @@ where
             .map_err(|_| AppError::BadRequest("The import is not UTF-8 text".into()))?;
         import.line(&text).await?;
     }
-    import.commit().await
+    // The plan's memories quota holds for imports too (402, nothing imported).
+    let n = import.memory_count();
+    app::core::memories::charged(state, user_id, n, import.commit()).await
 }
 
 #[utoipa::path(post, path = "/api/v1/import", tag = "transfer",
