@@ -16,6 +16,7 @@ drop function memories_counted_insert();
 drop function memory_bytes(text, jsonb, text);
 drop table memory_counts;
 drop table usage_daily;
+drop aggregate hist_sum(int[]);
 drop function hist_add(int[], int[]);
 drop function hist_of(int[]);
 drop function hist_bucket(double precision);

@@ -30,6 +30,9 @@ create function hist_add(a int[], b int[]) returns int[] language sql immutable 
     from unnest(a, b) with ordinality as t(x, y, i)
 $$;
 
+-- The bucket-by-bucket sum of many histograms.
+create aggregate hist_sum(int[]) (sfunc = hist_add, stype = int[], initcond = '{}');
+
 create table usage_daily (
     user_id bigint not null references users (id) on delete cascade,
     day date not null,

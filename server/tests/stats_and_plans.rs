@@ -664,7 +664,7 @@ async fn start_serve(db_url: &str) -> (std::process::Child, String) {
         .local_addr()
         .unwrap()
         .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_engram"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
         .args(["serve", "--no-worker"])
         .env("DATABASE_URL", db_url)
         .env("ENGRAM_BIND", format!("127.0.0.1:{port}"))
@@ -684,6 +684,8 @@ async fn start_serve(db_url: &str) -> (std::process::Child, String) {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("engram serve never became ready");
 }
 
@@ -843,4 +845,168 @@ async fn plan_commands_take_effect_in_every_running_process() {
     .execute(&mut conn)
     .await
     .unwrap();
+}
+
+/// 60 requests at once against 20 places: one process lets exactly 20 through. Two processes
+/// on one database each keep to the limit on their own (together at most twice it), and once
+/// their figures are read again neither lets another through.
+#[tokio::test]
+async fn racing_requests_never_exceed_a_quota_in_one_process_and_stay_bounded_in_two() {
+    let app = spawn_app().await;
+    let (_, key) = app.user("race@example.com").await;
+    put_on_plan(
+        &app,
+        "race@example.com",
+        "twenty",
+        [Some(20), None, None, None, None, None],
+    )
+    .await;
+    let post = |app: &TestApp, i: usize| {
+        let req = app
+            .http
+            .post(app.url("/api/v1/memories"))
+            .header("x-api-key", &key)
+            .json(&json!({"content": format!("racing memory {i}")}));
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    let statuses = futures::future::join_all((0..60).map(|i| post(&app, i))).await;
+    let accepted = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 402).count();
+    assert_eq!((accepted, refused), (20, 40), "{statuses:?}");
+    let tasks: i64 = sqlx::query_scalar("select count(*) from tasks")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(tasks, 20);
+
+    // A second process on the same database, its own figures read before the race.
+    let (_, key2) = app.user("race2@example.com").await;
+    put_on_plan(
+        &app,
+        "race2@example.com",
+        "twenty",
+        [Some(20), None, None, None, None, None],
+    )
+    .await;
+    let other_pool = server::connect(&app.db_url).await.unwrap();
+    let other = server::build_state(
+        other_pool,
+        app::core::state::Settings::for_tests(),
+        app::core::embed::EmbedderHandle::new(app::core::embed::default_model_dir()),
+        "target/site",
+    );
+    let (other_base, _server) = serve(other.clone()).await;
+    let send = |base: String, i: usize| {
+        let req = app
+            .http
+            .post(format!("{base}/api/v1/memories"))
+            .header("x-api-key", &key2)
+            .json(&json!({"content": format!("two processes {i}")}));
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    // Both have read the account's figures (0 of 20) before the race.
+    assert_eq!(send(app.base.clone(), 1000).await, 200);
+    assert_eq!(send(other_base.clone(), 1001).await, 200);
+    let statuses = futures::future::join_all((0..60).map(|i| {
+        let base = if i % 2 == 0 {
+            app.base.clone()
+        } else {
+            other_base.clone()
+        };
+        send(base, i)
+    }))
+    .await;
+    let accepted = 2 + statuses.iter().filter(|&&s| s == 200).count() as i64;
+    let stored: i64 = sqlx::query_scalar(
+        "select count(*) from tasks t join users u on u.id = t.user_id where u.email = 'race2@example.com'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, accepted);
+    assert!(
+        (20..=40).contains(&accepted),
+        "two processes let {accepted} through"
+    );
+    println!("two processes, 62 racing requests, limit 20: {accepted} accepted");
+    // Once each has read the figures again, neither lets another through.
+    for state in [&app.state, &other] {
+        state
+            .quotas
+            .refresh(&state.pool, &state.stats)
+            .await
+            .unwrap();
+    }
+    assert_eq!(send(app.base.clone(), 2000).await, 402);
+    assert_eq!(send(other_base.clone(), 2001).await, 402);
+}
+
+/// A machine's memories, calls and daily counts become its human's when claimed, and count
+/// toward the human's plan.
+#[tokio::test]
+async fn a_claimed_machines_use_counts_toward_its_human() {
+    let app = spawn_worker_app().await;
+    let (_, human_key) = app.user("claimer@example.com").await;
+    app.remember(&human_key, json!({"content": "the human's own memory"}))
+        .await;
+    let fp = "fingerprint-claimed-0001";
+    let (s, reg) = app
+        .post_json(
+            "/api/v1/agents/auto-register",
+            &json!({"machine_fingerprint": fp}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{reg}");
+    let machine_key = reg["data"]["api_key"].as_str().unwrap().to_string();
+    for i in 0..3 {
+        app.remember(
+            &machine_key,
+            json!({"content": format!("the agent's memory {i}")}),
+        )
+        .await;
+    }
+    settle(&app).await;
+    let (_, before) = app.get("/api/stats", Some(&machine_key)).await;
+    assert_eq!(before["total_memories"], 3, "{before}");
+    // The human's plan allows 4 memories and 1 machine.
+    put_on_plan(
+        &app,
+        "claimer@example.com",
+        "four",
+        [Some(4), None, None, None, None, Some(1)],
+    )
+    .await;
+    let (_, init) = app
+        .post_json(
+            "/api/v1/agents/claim/init",
+            &json!({"machine_fingerprint": fp, "email": "claimer@example.com"}),
+            None,
+        )
+        .await;
+    let code = init["data"]["verification_code"].as_str().unwrap();
+    let (s, b) = app
+        .post_json(
+            "/api/v1/agents/claim/verify",
+            &json!({"machine_fingerprint": fp, "verification_code": code}),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (_, st) = app.get("/api/stats", Some(&human_key)).await;
+    assert_eq!(st["total_memories"], 4, "{st}");
+    assert_eq!(st["machines_claimed"], 1);
+    // The machine's 4 calls (3 memories, 1 stats) and the human's are one account's now.
+    let (_, u) = app.get("/api/stats/usage?days=1", Some(&human_key)).await;
+    assert_eq!(u["daily"][0]["memories_created"], 4, "{u}");
+    assert!(u["daily"][0]["calls"].as_i64().unwrap() >= 4 + 1, "{u}");
+    // 4 of 4: the machine's key is refused a fifth memory on the human's plan.
+    let (s, b) = app
+        .post_json(
+            "/api/v1/memories",
+            &json!({"content": "one more"}),
+            Some(&machine_key),
+        )
+        .await;
+    assert_quota_refusal(s, &b, &["memories stored 4 of 4", "four"]);
 }

@@ -375,7 +375,7 @@ pub async fn verify(
     // The human's plan must allow one more machine (402: the claim stays, to be finished once
     // the plan allows it).
     use super::plans::Quota;
-    state
+    let charge = state
         .quotas
         .charge(pool, &state.stats, human_id, Quota::Machines, 1)
         .await?;
@@ -397,6 +397,12 @@ pub async fn verify(
     state.quotas.forget(human_id);
     state.quotas.forget(machine_id);
     committed?;
+    charge.done();
+    // This process's unwritten counts of the machine go to the human now (any process's do
+    // when written: see `stats::DailyRecorder::flush`).
+    if let Err(e) = state.stats.flush(pool).await {
+        tracing::warn!(error = %e, "writing usage counts after a claim failed, kept for the next try");
+    }
     Ok(human_id)
 }
 

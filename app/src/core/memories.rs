@@ -100,15 +100,20 @@ pub async fn charged<T>(
 ) -> AppResult<T> {
     use super::plans::Quota;
     let n = n as i64;
-    if n > 0 {
-        state
-            .quotas
-            .charge(&state.pool, &state.stats, user_id, Quota::Memories, n)
-            .await?;
-    }
+    let charge = if n > 0 {
+        Some(
+            state
+                .quotas
+                .charge(&state.pool, &state.stats, user_id, Quota::Memories, n)
+                .await?,
+        )
+    } else {
+        None
+    };
     let result = write.await;
-    if result.is_err() && n > 0 {
-        state.quotas.adjust(user_id, Quota::Memories, -n);
+    // Written: it counts; failed: the charge is dropped, so given back.
+    if let (Ok(_), Some(charge)) = (&result, charge) {
+        charge.done();
     }
     result
 }

@@ -16,10 +16,13 @@
 //! - before a refusal: a request the cached figures would refuse is checked against fresh ones
 //!   first, so memories deleted, a plan raised, or a task failed are seen at once.
 //!
-//! Tolerance: one process never lets a quota be exceeded. Several processes serving one account
-//! at once can together let through, beyond a limit, what the others accepted within the last
-//! refresh (about 2 seconds of that account's traffic), because each sees the others' use only
-//! when its figures are read again.
+//! Tolerance: one process never lets a quota be exceeded, however many requests race: each
+//! request's work counts from the moment it is let through (in flight) until its write is in the
+//! figures read, and a write finishing while they are read counts twice until the next read
+//! (refusing early, never late). Several processes serving one account at once each keep to
+//! the limit on their own, so together they can overshoot by what the others let through since
+//! this one last read the figures: at most (processes − 1) × the limit, in practice about 2
+//! seconds of that account's traffic (`server/tests/stats_and_plans.rs` measures both).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -268,17 +271,33 @@ async fn notify(db: impl PgExecutor<'_>) -> AppResult<()> {
     Ok(())
 }
 
-/// One account's plan and use, as last read.
+/// One account's plan and use, as last read, and what this process let through since.
 struct Entry {
+    /// Which entry this is (a new one after the account's figures were forgotten), so a charge
+    /// settles on the entry it was made on.
+    id: u64,
     plan: Arc<Plan>,
     until: Option<DateTime<Utc>>,
     /// Each quota's use when read.
     base: [i64; 6],
-    /// What this process let through since.
-    local: [i64; 6],
+    /// Work let through whose write has not finished (or failed) yet.
+    inflight: [i64; 6],
+    /// Work let through whose write has finished: a counter that only grows.
+    completed: [i64; 6],
+    /// `completed` when the figures were last read: what finished before is in `base`.
+    completed_at_read: [i64; 6],
     day: NaiveDate,
     loaded: Instant,
     used: Instant,
+}
+
+impl Entry {
+    /// Use as this process knows it: what was read, what finished since, what is under way.
+    /// A write that finishes while the figures are being read counts in both `base` and
+    /// `completed` until the next read: the error is always on the side of refusing.
+    fn in_use(&self, i: usize) -> i64 {
+        self.base[i] + (self.completed[i] - self.completed_at_read[i]) + self.inflight[i]
+    }
 }
 
 /// What a read of the roll-ups says of one account.
@@ -300,6 +319,59 @@ pub struct Quotas {
     /// Reads and this process's writes of the counts take turns, so a read never misses a
     /// batch being written.
     io: tokio::sync::Mutex<()>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// Work a quota let through: `done` once its write has finished; dropped without it (the
+/// work failed, or never happened), it is given back.
+#[must_use = "a charge is given back when dropped: call `done` once the work is written"]
+pub struct Charge {
+    quotas: Arc<Quotas>,
+    user_id: i64,
+    quota: Quota,
+    n: i64,
+    entry: u64,
+    settled: bool,
+}
+
+impl Charge {
+    /// The work is written: it counts.
+    pub fn done(self) {
+        let n = self.n;
+        self.done_with(n);
+    }
+
+    /// The work is written and came to `actual` (the tokens a proxied reply really used).
+    pub fn done_with(mut self, actual: i64) {
+        self.settle(Some(actual));
+    }
+
+    fn settle(&mut self, completed: Option<i64>) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        if self.n == 0 && completed.unwrap_or(0) == 0 {
+            return;
+        }
+        let mut entries = self.quotas.lock();
+        if let Some(e) = entries
+            .get_mut(&self.user_id)
+            .filter(|e| e.id == self.entry)
+        {
+            let i = self.quota as usize;
+            e.inflight[i] -= self.n;
+            if let Some(c) = completed {
+                e.completed[i] += c;
+            }
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.settle(None);
+    }
 }
 
 /// The 402 of a quota.
@@ -333,8 +405,9 @@ impl Quotas {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Checks the cached figures: `None` when there are none fit to use.
-    fn try_charge(&self, user_id: i64, quota: Quota, n: i64) -> Option<AppResult<()>> {
+    /// Checks the cached figures: `None` when there are none fit to use; else the entry the
+    /// charge was made on, or the refusal.
+    fn try_charge(&self, user_id: i64, quota: Quota, n: i64) -> Option<AppResult<u64>> {
         let mut entries = self.lock();
         let e = entries.get_mut(&user_id)?;
         if e.loaded.elapsed() > STALE_AFTER || e.day != today() {
@@ -343,39 +416,45 @@ impl Quotas {
         e.used = Instant::now();
         let i = quota as usize;
         if let Some(limit) = e.plan.limits[i] {
-            let used = e.base[i] + e.local[i];
+            let used = e.in_use(i);
             if n > 0 && used + n > limit {
                 return Some(Err(refusal(&e.plan, quota, used, n, limit)));
             }
         }
-        e.local[i] += n;
-        Some(Ok(()))
+        e.inflight[i] += n;
+        Some(Ok(e.id))
     }
 
-    /// Counts `n` of `quota` for the account, or answers 402 when that would exceed its plan
-    /// (nothing counted then). A database round trip only when the account's figures are not
-    /// in memory, or before a refusal (see the module's doc).
+    /// Lets `n` of `quota` through for the account, or answers 402 when that would exceed its
+    /// plan (nothing counted then). A database round trip only when the account's figures are
+    /// not in memory, or before a refusal (see the module's doc). The answer is a [`Charge`]:
+    /// call `done` once the work is written.
     pub async fn charge(
-        &self,
+        self: &Arc<Self>,
         pool: &PgPool,
         recorder: &DailyRecorder,
         user_id: i64,
         quota: Quota,
         n: i64,
-    ) -> AppResult<()> {
-        match self.try_charge(user_id, quota, n) {
-            Some(Ok(())) => return Ok(()),
-            Some(Err(_)) | None => {}
+    ) -> AppResult<Charge> {
+        let charge = |entry| Charge {
+            quotas: self.clone(),
+            user_id,
+            quota,
+            n,
+            entry,
+            settled: false,
+        };
+        // Refused by the cached figures, or none: read them fresh and decide on those.
+        if let Some(Ok(entry)) = self.try_charge(user_id, quota, n) {
+            return Ok(charge(entry));
         }
         self.load(pool, recorder, &[user_id]).await?;
-        self.try_charge(user_id, quota, n).unwrap_or(Ok(()))
-    }
-
-    /// Gives back what [`Quotas::charge`] counted for work that did not happen, or adds what
-    /// was used beyond it (negative `n` gives back).
-    pub fn adjust(&self, user_id: i64, quota: Quota, n: i64) {
-        if let Some(e) = self.lock().get_mut(&user_id) {
-            e.local[quota as usize] += n;
+        match self.try_charge(user_id, quota, n) {
+            Some(Ok(entry)) => Ok(charge(entry)),
+            Some(Err(e)) => Err(e),
+            // The account vanished meanwhile: nothing to hold it to.
+            None => Ok(charge(u64::MAX)),
         }
     }
 
@@ -392,10 +471,12 @@ impl Quotas {
     /// Reads the figures of these accounts (one statement) and keeps them.
     async fn load(&self, pool: &PgPool, recorder: &DailyRecorder, ids: &[i64]) -> AppResult<()> {
         let _turn = self.io.lock().await;
-        let before: HashMap<i64, [i64; 6]> = {
+        // What had finished before the read is in it (or, finishing during it, counted twice
+        // until the next read: never too little).
+        let before: HashMap<i64, (u64, [i64; 6])> = {
             let entries = self.lock();
             ids.iter()
-                .filter_map(|id| entries.get(id).map(|e| (*id, e.local)))
+                .filter_map(|id| entries.get(id).map(|e| (*id, (e.id, e.completed))))
                 .collect()
         };
         let loaded = read(pool, recorder, ids).await?;
@@ -403,24 +484,44 @@ impl Quotas {
         let day = today();
         let mut entries = self.lock();
         for (id, l) in loaded {
-            // What was let through while reading stays counted.
-            let local = match (entries.get(&id), before.get(&id)) {
-                (Some(e), Some(b)) => std::array::from_fn(|i| (e.local[i] - b[i]).max(0)),
-                _ => [0; 6],
-            };
-            let used = entries.get(&id).map_or(now, |e| e.used);
-            entries.insert(
-                id,
-                Entry {
-                    plan: Arc::new(l.plan),
-                    until: l.until,
-                    base: l.used,
-                    local,
-                    day,
-                    loaded: now,
-                    used,
-                },
-            );
+            match entries.get_mut(&id) {
+                Some(e) if before.get(&id).map(|b| b.0) == Some(e.id) => {
+                    e.plan = Arc::new(l.plan);
+                    e.until = l.until;
+                    e.base = l.used;
+                    e.completed_at_read = before[&id].1;
+                    e.day = day;
+                    e.loaded = now;
+                }
+                _ => {
+                    let fresh = self
+                        .next_id
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let (inflight, completed) = entries
+                        .get(&id)
+                        .map_or(([0; 6], [0; 6]), |e| (e.inflight, e.completed));
+                    // An entry made meanwhile (by another read) keeps its charges.
+                    let (keep_id, completed_at_read) = match entries.get(&id) {
+                        Some(e) => (e.id, e.completed),
+                        None => (fresh, [0; 6]),
+                    };
+                    entries.insert(
+                        id,
+                        Entry {
+                            id: keep_id,
+                            plan: Arc::new(l.plan),
+                            until: l.until,
+                            base: l.used,
+                            inflight,
+                            completed,
+                            completed_at_read,
+                            day,
+                            loaded: now,
+                            used: now,
+                        },
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -459,7 +560,7 @@ impl Quotas {
             let e = entries
                 .get(&user_id)
                 .ok_or_else(|| AppError::not_found("Account"))?;
-            let used: [i64; 6] = std::array::from_fn(|i| e.base[i] + e.local[i]);
+            let used: [i64; 6] = std::array::from_fn(|i| e.in_use(i));
             (e.plan.clone(), e.until, used)
         };
         let day = today();

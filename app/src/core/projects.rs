@@ -98,15 +98,13 @@ pub async fn create_for(
     description: Option<&str>,
 ) -> AppResult<ProjectView> {
     use super::plans::Quota;
-    state
+    let charge = state
         .quotas
         .charge(&state.pool, &state.stats, user_id, Quota::Projects, 1)
         .await?;
-    let created = create(&state.pool, user_id, name, description).await;
-    if created.is_err() {
-        state.quotas.adjust(user_id, Quota::Projects, -1);
-    }
-    created
+    let created = create(&state.pool, user_id, name, description).await?;
+    charge.done();
+    Ok(created)
 }
 
 /// Deletes a project with its memories and pending tasks; answers how many memories went.

@@ -710,7 +710,7 @@ pub async fn prepare(
         .sum();
     // The plan's monthly proxy tokens: the prompt must fit (402 otherwise); the reply's tokens
     // are counted when it has ended.
-    state
+    let tokens = state
         .quotas
         .charge(
             pool,
@@ -787,6 +787,7 @@ pub async fn prepare(
             started,
             user_text,
             prompt_estimate,
+            tokens,
             injected: injected.len(),
             target,
             conversation_id,
@@ -804,6 +805,8 @@ pub struct Exchange {
     pub started: std::time::Instant,
     user_text: Option<String>,
     prompt_estimate: i64,
+    /// The plan's proxy tokens let through for the prompt; settled with the real count.
+    tokens: super::plans::Charge,
     injected: usize,
     /// Where to append the exchange (`None`: not remembered).
     target: Option<super::conversations::Target>,
@@ -845,11 +848,7 @@ impl Exchange {
         if let Err(e) = record(&self.state.pool, &record_row).await {
             tracing::warn!(error = %e, "recording a proxied request");
         }
-        self.state.quotas.adjust(
-            self.user_id,
-            super::plans::Quota::ProxyTokensPerMonth,
-            prompt + completion - self.prompt_estimate,
-        );
+        self.tokens.done_with(prompt + completion);
         let Some(target) = self.target.filter(|_| remember) else {
             return;
         };

@@ -161,17 +161,18 @@ pub async fn search_for(
     limit: i64,
 ) -> AppResult<(Vec<SearchHit>, Timings)> {
     use super::plans::Quota;
-    state
+    let charge = state
         .quotas
         .charge(&state.pool, &state.stats, user_id, Quota::SearchesPerDay, 1)
         .await?;
     let started = std::time::Instant::now();
     let result = search(&state.pool, &state.embedder, user_id, project, query, limit).await;
-    match &result {
-        Ok(_) => state
+    // A failed search is given back (the charge is dropped).
+    if result.is_ok() {
+        state
             .stats
-            .search(user_id, started.elapsed().as_secs_f64() * 1e3),
-        Err(_) => state.quotas.adjust(user_id, Quota::SearchesPerDay, -1),
+            .search(user_id, started.elapsed().as_secs_f64() * 1e3);
+        charge.done();
     }
     result
 }

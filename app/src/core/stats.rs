@@ -152,14 +152,17 @@ impl DailyRecorder {
                 format!("{{{}}}", cells.join(","))
             })
             .collect();
-        // Ordered by (account, day) like every other writer of these rows: no deadlock.
+        // Counts of a machine claimed meanwhile (by any process) go to its human, as the claim
+        // moved the rest of its counts. Ordered by (account, day) like every other writer of
+        // these rows: no deadlock.
         let result = sqlx::query(
             "insert into usage_daily (user_id, day, api_calls, searches, search_ms)
-             select u.user_id, u.day, u.calls, u.searches, u.hist::int[]
+             select coalesce(m.claimed_by, m.id), u.day, sum(u.calls)::bigint,
+                 sum(u.searches)::bigint, hist_sum(u.hist::int[])
              from unnest($1::bigint[], $2::date[], $3::bigint[], $4::bigint[], $5::text[])
-                 with ordinality as u(user_id, day, calls, searches, hist, i)
-             where exists (select 1 from users where id = u.user_id)
-             order by u.i
+                 as u(user_id, day, calls, searches, hist)
+             join users m on m.id = u.user_id
+             group by 1, 2 order by 1, 2
              on conflict (user_id, day) do update
                  set api_calls = usage_daily.api_calls + excluded.api_calls,
                      searches = usage_daily.searches + excluded.searches,

@@ -53,7 +53,7 @@ pub fn group_digits(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -129,9 +129,9 @@ fn BarList(
     unit: String,
     rows: Vec<(String, i64)>,
 ) -> impl IntoView {
-    const W: f64 = 600.0;
+    const W: f64 = 380.0;
     const ROW: f64 = 26.0;
-    const LABEL: f64 = 150.0;
+    const LABEL: f64 = 100.0;
     let max = rows.iter().map(|r| r.1).max().unwrap_or(0).max(1);
     let height = ROW * rows.len().max(1) as f64;
     let title_id = format!("{test_id}-title");
@@ -146,7 +146,7 @@ fn BarList(
         .enumerate()
         .map(|(i, (label, v))| {
             let y = i as f64 * ROW;
-            let w = (v as f64 / max as f64) * (W - LABEL - 70.0);
+            let w = (v as f64 / max as f64) * (W - LABEL - 60.0);
             let text = format!("{label}: {} {unit}", group_digits(v));
             let label_attr = label.clone();
             view! {
@@ -321,7 +321,7 @@ fn plan_view(s: SubscriptionStatus) -> impl IntoView {
                              else { format!("{:.0} % used.", pct.unwrap_or(0.0)) }}
                         </p>
                     })}
-                    {q.resets_at.clone().map(|r| view! { <p class="muted small">{format!("Starts again {}", r.replace('T', " ").chars().take(16).collect::<String>())}</p> })}
+                    {q.resets_at.clone().map(|r| view! { <p class="muted small">{format!("Starts again {} UTC", r.replace('T', " ").chars().take(16).collect::<String>())}</p> })}
                 </li>
             }
         })
@@ -334,7 +334,7 @@ fn plan_view(s: SubscriptionStatus) -> impl IntoView {
             let this = p.name == current;
             view! {
                 <tr class=if this { "current" } else { "" } data-test-id=format!("plan-{}", p.name)>
-                    <td><strong>{p.display_name.clone()}</strong>{this.then(|| " (yours)")}<br/><span class="muted small">{p.name.clone()}</span></td>
+                    <td><strong>{p.display_name.clone()}</strong>{this.then_some(" (yours)")}<br/><span class="muted small">{p.name.clone()}</span></td>
                     <td>{p.price_label.clone()}</td>
                     <td>{limit_text(l.memories)}</td>
                     <td>{limit_text(l.api_calls_per_month)}</td>

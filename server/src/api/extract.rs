@@ -122,7 +122,7 @@ impl FromRequestParts<AppState> for ApiKeyAuth {
 /// endpoint check keys here.
 pub async fn authenticate_key(state: &AppState, secret: &str) -> Result<KeyOwner, AppError> {
     let owner = known_key(state, secret).await?;
-    state
+    let charge = state
         .quotas
         .charge(
             &state.pool,
@@ -133,6 +133,7 @@ pub async fn authenticate_key(state: &AppState, secret: &str) -> Result<KeyOwner
         )
         .await?;
     count_call(state, owner);
+    charge.done();
     Ok(owner)
 }
 
