@@ -573,6 +573,9 @@ async fn harness_on(config: &Config, with_worker: bool, fresh: bool) -> anyhow::
         EmbedderHandle::new(&config.model_dir),
         &config.site_root.to_string_lossy(),
     );
+    // As `engram serve` runs it: the daily counts written and the quota figures read again
+    // every 2 seconds.
+    crate::spawn_quota_refresh(state.clone());
     let ctx = crate::ingest_context(&state, IngestOptions::default());
     ctx.warm_up().await?;
     if with_worker {

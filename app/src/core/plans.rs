@@ -468,9 +468,23 @@ impl Quotas {
         self.lock().remove(&user_id);
     }
 
-    /// Reads the figures of these accounts (one statement) and keeps them.
+    /// Reads the figures of these accounts (one statement) and keeps them. Requests that find
+    /// an account's figures missing at once (a new account's first burst) wait for one read:
+    /// figures read while this call waited for its turn are not read again.
     async fn load(&self, pool: &PgPool, recorder: &DailyRecorder, ids: &[i64]) -> AppResult<()> {
+        let asked = Instant::now();
         let _turn = self.io.lock().await;
+        let ids: Vec<i64> = {
+            let entries = self.lock();
+            ids.iter()
+                .copied()
+                .filter(|id| entries.get(id).is_none_or(|e| e.loaded < asked))
+                .collect()
+        };
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids = &ids[..];
         // What had finished before the read is in it (or, finishing during it, counted twice
         // until the next read: never too little).
         let before: HashMap<i64, (u64, [i64; 6])> = {
