@@ -647,6 +647,22 @@ impl Quotas {
     }
 }
 
+/// The account's plan and quotas as the API and the portal show them, read fresh.
+pub async fn subscription(
+    state: &super::state::AppState,
+    user_id: i64,
+) -> AppResult<SubscriptionStatus> {
+    state
+        .quotas
+        .status(
+            &state.pool,
+            &state.stats,
+            &state.settings.billing.view(),
+            user_id,
+        )
+        .await
+}
+
 async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANGES_CHANNEL).await?;

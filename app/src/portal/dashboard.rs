@@ -35,15 +35,7 @@ pub async fn dashboard() -> Result<DashboardData, ServerFnError> {
 pub async fn plan_status() -> Result<SubscriptionStatus, ServerFnError> {
     use super::session::{require_user, server_error, state};
     let user = require_user().await?;
-    let state = state()?;
-    state
-        .quotas
-        .status(
-            &state.pool,
-            &state.stats,
-            &state.settings.billing.view(),
-            user,
-        )
+    crate::core::plans::subscription(&state()?, user)
         .await
         .map_err(server_error)
 }

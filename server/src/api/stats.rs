@@ -76,19 +76,7 @@ pub async fn get_subscription(
     State(state): State<AppState>,
     AccountAuth(user_id): AccountAuth,
 ) -> AppResult<Json<SubscriptionStatus>> {
-    Ok(Json(subscription(&state, user_id).await?))
-}
-
-async fn subscription(state: &AppState, user_id: i64) -> AppResult<SubscriptionStatus> {
-    state
-        .quotas
-        .status(
-            &state.pool,
-            &state.stats,
-            &state.settings.billing.view(),
-            user_id,
-        )
-        .await
+    Ok(Json(plans::subscription(&state, user_id).await?))
 }
 
 /// One quota as MemoryX's clients read it.
@@ -128,7 +116,7 @@ pub async fn get_quota(
     State(state): State<AppState>,
     AccountAuth(user_id): AccountAuth,
 ) -> AppResult<Json<MemoryxQuota>> {
-    let status = subscription(&state, user_id).await?;
+    let status = plans::subscription(&state, user_id).await?;
     let searches = status
         .quotas
         .iter()
