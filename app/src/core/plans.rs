@@ -498,8 +498,13 @@ impl Quotas {
         let day = today();
         let mut entries = self.lock();
         for (id, l) in loaded {
-            match entries.get_mut(&id) {
-                Some(e) if before.get(&id).map(|b| b.0) == Some(e.id) => {
+            // Entries are made only here, under `io`: one present now is the one seen before
+            // the read, unless it was forgotten meanwhile (then a new one starts from zero).
+            match entries
+                .get_mut(&id)
+                .filter(|e| before.get(&id).map(|b| b.0) == Some(e.id))
+            {
+                Some(e) => {
                     e.plan = Arc::new(l.plan);
                     e.until = l.until;
                     e.base = l.used;
@@ -507,28 +512,20 @@ impl Quotas {
                     e.day = day;
                     e.loaded = now;
                 }
-                _ => {
+                None => {
                     let fresh = self
                         .next_id
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let (inflight, completed) = entries
-                        .get(&id)
-                        .map_or(([0; 6], [0; 6]), |e| (e.inflight, e.completed));
-                    // An entry made meanwhile (by another read) keeps its charges.
-                    let (keep_id, completed_at_read) = match entries.get(&id) {
-                        Some(e) => (e.id, e.completed),
-                        None => (fresh, [0; 6]),
-                    };
                     entries.insert(
                         id,
                         Entry {
-                            id: keep_id,
+                            id: fresh,
                             plan: Arc::new(l.plan),
                             until: l.until,
                             base: l.used,
-                            inflight,
-                            completed,
-                            completed_at_read,
+                            inflight: [0; 6],
+                            completed: [0; 6],
+                            completed_at_read: [0; 6],
                             day,
                             loaded: now,
                             used: now,
