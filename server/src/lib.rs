@@ -116,12 +116,12 @@ pub fn build_state(
     quotas.listen(pool.clone());
     AppState::new(app::core::state::AppStateInner {
         quotas,
+        limiter: Arc::new(app::core::ratelimit::RateLimiter::new(pool.clone())),
         stats: Default::default(),
         keys,
         writer: app::core::memories::EnqueueWriter::spawn(pool.clone(), embedder.foreground()),
         pool,
         settings: Arc::new(settings),
-        limiter: Default::default(),
         usage: Default::default(),
         models: Default::default(),
         embedder,
@@ -219,7 +219,8 @@ pub fn spawn_quota_refresh(state: AppState) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Writes batched API-call counts and removes expired sessions, every few seconds.
+/// Writes batched API-call counts, removes ended rate-limit windows (every minute) and expired
+/// sessions, every few seconds.
 pub fn spawn_housekeeping(state: AppState, every: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticks = 0u64;
@@ -229,6 +230,11 @@ pub fn spawn_housekeeping(state: AppState, every: Duration) -> tokio::task::Join
                 tracing::warn!(error = %e, "flushing API usage failed, kept for the next try");
             }
             ticks += 1;
+            if ticks.is_multiple_of(12) {
+                if let Err(e) = app::core::ratelimit::RateLimiter::prune(&state.pool).await {
+                    tracing::warn!(error = %e, "removing ended rate-limit windows failed");
+                }
+            }
             if ticks.is_multiple_of(600) {
                 let _ = sessions::delete_expired(&state.pool).await;
             }

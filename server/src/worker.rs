@@ -39,9 +39,59 @@ fn hostname() -> String {
 }
 
 /// Runs the worker until `shutdown` resolves.
+///
+/// apalis stops a worker at the first error of its backend (a fetch or a heartbeat that cannot
+/// reach PostgreSQL). So when the database restarts, this starts a new worker (a new name) once
+/// it answers again, after handing the stopped worker's jobs back to the queue: that worker's
+/// handlers were dropped with it, so those jobs would otherwise wait for apalis's orphan
+/// timeout (three heartbeats) before anyone ran them. A job is at most started twice this way,
+/// and the task it carries is stored once (`memories.task_id` is unique, and a claimed task
+/// already completed is skipped).
 pub async fn run(
     pool: PgPool,
     ctx: Arc<IngestContext>,
+    concurrency: usize,
+    heartbeat: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    loop {
+        let name = worker_name();
+        let stop = shutdown.clone();
+        match run_one(&pool, &ctx, &name, concurrency, heartbeat, stop).await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                if shutdown.peek().is_some() {
+                    return Ok(());
+                }
+                tracing::error!(worker = %name, error = %format!("{e:#}"), "worker stopped; starting another once the database answers");
+                metrics::counter!("engram_worker_restarts_total").increment(1);
+                loop {
+                    let released = sqlx::query(
+                        "update apalis.jobs set status = 'Pending', lock_by = null, lock_at = null
+                         where lock_by = $1 and status in ('Queued', 'Running')",
+                    )
+                    .bind(&name)
+                    .execute(&pool)
+                    .await;
+                    match released {
+                        Ok(r) => {
+                            tracing::info!(worker = %name, jobs = r.rows_affected(), "jobs of the stopped worker handed back");
+                            break;
+                        }
+                        Err(_) if shutdown.peek().is_some() => return Ok(()),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn run_one(
+    pool: &PgPool,
+    ctx: &Arc<IngestContext>,
+    name: &str,
     concurrency: usize,
     heartbeat: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -56,12 +106,11 @@ pub async fn run(
         PostgresStorage::new(&ctx.bookkeeping).with_config(config),
         StreamStrategy::new(Wakeups::new(Pubsub::new(pool.clone(), QUEUE.into()))),
     );
-    let name = worker_name();
     tracing::info!(worker = %name, concurrency, "worker started");
     let worker = WorkerBuilder::new(name)
         .backend(backend)
         .concurrency(concurrency)
-        .data(ctx)
+        .data(ctx.clone())
         .build(handle);
     worker
         .run_until(async move {

@@ -658,42 +658,11 @@ fn engram(db_url: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-async fn start_serve(db_url: &str) -> (std::process::Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
-        .args(["serve", "--no-worker"])
-        .env("DATABASE_URL", db_url)
-        .env("ENGRAM_BIND", format!("127.0.0.1:{port}"))
-        .env("ENGRAM_METRICS_BIND", "off")
-        .env("ENGRAM_MODEL_DIR", app::core::embed::default_model_dir())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let http = client();
-    for _ in 0..240 {
-        if let Ok(r) = http.get(format!("{base}/api/ready")).send().await {
-            if r.status() == 200 {
-                return (child, base);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("engram serve never became ready");
-}
-
 #[tokio::test]
 async fn plan_commands_take_effect_in_every_running_process() {
     let (name, url) = fresh_database().await;
-    let (mut one, base_one) = start_serve(&url).await;
-    let (mut two, base_two) = start_serve(&url).await;
+    let (mut one, base_one) = start_serve(&url, &["--no-worker"], &[]).await;
+    let (mut two, base_two) = start_serve(&url, &["--no-worker"], &[]).await;
     let http = client();
     let creds = json!({"email": "ops@example.com", "password": "password123"});
     let (s, _) = body(
@@ -832,19 +801,9 @@ async fn plan_commands_take_effect_in_every_running_process() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for child in [&mut one, &mut two] {
-        let _ = child.kill();
-        let _ = child.wait();
+        child.kill();
     }
-    let admin = admin_url();
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
-        .await
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "drop database if exists {name} with (force)"
-    )))
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    drop_database(&name).await;
 }
 
 /// 60 requests at once against 20 places: one process lets exactly 20 through. Two processes

@@ -144,6 +144,17 @@ impl From<sqlx::Error> for AppError {
                 tracing::error!(error = %err, "database unreachable");
                 AppError::Unavailable
             }
+            // The server is shutting down, restarting or not yet accepting connections
+            // (class 57P: admin or crash shutdown, cannot connect now), or the connection
+            // failed (class 08): the same outage, seen from a statement already under way.
+            sqlx::Error::Database(db)
+                if db
+                    .code()
+                    .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")) =>
+            {
+                tracing::error!(error = %err, "database unavailable");
+                AppError::Unavailable
+            }
             // Text PostgreSQL cannot store (a NUL character) that reached a query without a
             // field's rule catching it, such as a path segment: the client's input, not our fault.
             sqlx::Error::Database(db)

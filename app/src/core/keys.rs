@@ -144,8 +144,35 @@ pub struct KeyCache {
     lookups: AtomicU64,
 }
 
-/// One database lookup of a key, shared by the requests that present the key while it runs.
-type Lookup = Arc<tokio::sync::OnceCell<Option<KeyOwner>>>;
+/// One database lookup of a key, shared by the requests that present the key while it runs,
+/// failure included: when the database is unreachable every request waiting answers 503 at
+/// once, instead of each trying again in turn after the one before it timed out (seen during
+/// a PostgreSQL restart: requests queued behind one key waited 3 s each).
+type Lookup = Arc<tokio::sync::OnceCell<Result<Option<KeyOwner>, LookupFailed>>>;
+
+#[derive(Clone, Debug)]
+enum LookupFailed {
+    Unavailable,
+    Other(String),
+}
+
+impl From<AppError> for LookupFailed {
+    fn from(e: AppError) -> Self {
+        match e {
+            AppError::Unavailable => LookupFailed::Unavailable,
+            other => LookupFailed::Other(format!("{other:#}")),
+        }
+    }
+}
+
+impl From<LookupFailed> for AppError {
+    fn from(e: LookupFailed) -> Self {
+        match e {
+            LookupFailed::Unavailable => AppError::Unavailable,
+            LookupFailed::Other(message) => AppError::Internal(anyhow::anyhow!(message)),
+        }
+    }
+}
 
 #[derive(Default)]
 struct CacheInner {
@@ -220,15 +247,16 @@ impl KeyCache {
             let lookup: Lookup = inner.pending.entry(hash.clone()).or_default().clone();
             (inner.epoch, lookup)
         };
-        // The first request runs the query and the others wait for its answer; if it fails (or
-        // its request goes away), the next one waiting runs it again.
+        // The first request runs the query and the others wait for its answer, or its failure;
+        // if its request goes away, the next one waiting runs it again.
         let owner = lookup
-            .get_or_try_init(|| {
+            .get_or_init(|| {
                 self.lookups.fetch_add(1, Ordering::Relaxed);
-                authenticate(pool, secret)
+                async { authenticate(pool, secret).await.map_err(LookupFailed::from) }
             })
             .await
-            .copied();
+            .clone()
+            .map_err(AppError::from);
         let mut inner = self.lock();
         if inner
             .pending

@@ -12,7 +12,7 @@
 //! - `search`: hybrid search; `terms`: cached term statistics for its BM25; `dates`: the days
 //!   a query or a memory's metadata names;
 //! - `mail`, `smtp`: outgoing mail and the development mailbox;
-//! - `ratelimit`, `usage`: in-memory limits and batched API-call counts;
+//! - `ratelimit`, `usage`: rate limits shared through the database in leases, batched API-call counts;
 //! - `stats`: an account's statistics from daily roll-ups; `plans`: plans, quotas (402) and
 //!   the billing webhook;
 //! - `transfer`: an account's export and import as JSON Lines;

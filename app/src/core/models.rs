@@ -570,11 +570,14 @@ async fn load(pool: &PgPool) -> AppResult<Loaded> {
 /// The catalogue for a search by `client` (an address), counted against the per-address
 /// limit: the API's and the portal's searches share one budget.
 pub async fn for_client(state: &super::state::AppState, client: &str) -> AppResult<Arc<Loaded>> {
-    state.limiter.hit(
-        &format!("models:{client}"),
-        state.settings.limits.models_per_minute,
-        Duration::from_secs(60),
-    )?;
+    state
+        .limiter
+        .hit(
+            &format!("models:{client}"),
+            state.settings.limits.models_per_minute,
+            Duration::from_secs(60),
+        )
+        .await?;
     state.models.get(&state.pool).await
 }
 

@@ -320,6 +320,9 @@ pub struct Quotas {
     /// batch being written.
     io: tokio::sync::Mutex<()>,
     next_id: std::sync::atomic::AtomicU64,
+    /// When a read last failed (the database unreachable): reads that were waiting their turn
+    /// meanwhile answer 503 at once instead of each waiting for a connection in turn.
+    failed: Mutex<Option<Instant>>,
 }
 
 /// Work a quota let through: `done` once its write has finished; dropped without it (the
@@ -474,6 +477,14 @@ impl Quotas {
     async fn load(&self, pool: &PgPool, recorder: &DailyRecorder, ids: &[i64]) -> AppResult<()> {
         let asked = Instant::now();
         let _turn = self.io.lock().await;
+        if self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|f| f >= asked)
+        {
+            return Err(AppError::Unavailable);
+        }
         let ids: Vec<i64> = {
             let entries = self.lock();
             ids.iter()
@@ -493,7 +504,13 @@ impl Quotas {
                 .filter_map(|id| entries.get(id).map(|e| (*id, (e.id, e.completed))))
                 .collect()
         };
-        let loaded = read(pool, recorder, ids).await?;
+        let loaded = match read(pool, recorder, ids).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                return Err(e);
+            }
+        };
         let now = Instant::now();
         let day = today();
         let mut entries = self.lock();

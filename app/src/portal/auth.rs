@@ -46,11 +46,15 @@ pub async fn sign_up(email: String, password: String) -> Result<FormOutcome, Ser
         return form_error(e, "email");
     }
     let ip = super::session::client_key(&state).await;
-    if let Err(e) = state.limiter.hit(
-        &format!("register:{ip}"),
-        state.settings.limits.register_per_hour,
-        std::time::Duration::from_secs(3600),
-    ) {
+    if let Err(e) = state
+        .limiter
+        .hit(
+            &format!("register:{ip}"),
+            state.settings.limits.register_per_hour,
+            std::time::Duration::from_secs(3600),
+        )
+        .await
+    {
         return form_error(e, "email");
     }
     match accounts::register(&state.pool, &email, &password).await {
@@ -72,11 +76,15 @@ pub async fn log_in(email: String, password: String) -> Result<FormOutcome, Serv
     if email.is_empty() {
         return Ok(FormOutcome::error("email", "Enter your e-mail address"));
     }
-    if let Err(e) = state.limiter.hit(
-        &format!("login:{email}"),
-        state.settings.limits.login_per_minute,
-        std::time::Duration::from_secs(60),
-    ) {
+    if let Err(e) = state
+        .limiter
+        .hit(
+            &format!("login:{email}"),
+            state.settings.limits.login_per_minute,
+            std::time::Duration::from_secs(60),
+        )
+        .await
+    {
         return form_error(e, "password");
     }
     match accounts::authenticate(&state.pool, &email, &password).await {

@@ -54,11 +54,14 @@ pub async fn register(
     ClientIp(client): ClientIp,
     Body(req): Body<RegisterRequest>,
 ) -> AppResult<Json<Registered>> {
-    state.limiter.hit(
-        &format!("register:{client}"),
-        state.settings.limits.register_per_hour,
-        Duration::from_secs(3600),
-    )?;
+    state
+        .limiter
+        .hit(
+            &format!("register:{client}"),
+            state.settings.limits.register_per_hour,
+            Duration::from_secs(3600),
+        )
+        .await?;
     let user = accounts::register(&state.pool, &req.email, &req.password).await?;
     Ok(Json(Registered {
         id: user.id,
@@ -143,11 +146,15 @@ pub async fn login(State(state): State<AppState>, FormFields(f): FormFields) -> 
         Ok(form) => form,
         Err(e) => return e.into_response(),
     };
-    if let Err(e) = state.limiter.hit(
-        &format!("login:{}", form.username),
-        state.settings.limits.login_per_minute,
-        Duration::from_secs(60),
-    ) {
+    if let Err(e) = state
+        .limiter
+        .hit(
+            &format!("login:{}", form.username),
+            state.settings.limits.login_per_minute,
+            Duration::from_secs(60),
+        )
+        .await
+    {
         return e.into_response();
     }
     match accounts::authenticate(&state.pool, &form.username, &form.password).await {

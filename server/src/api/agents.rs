@@ -44,11 +44,14 @@ pub async fn register_machine(
     client: &str,
     req: &AutoRegisterRequest,
 ) -> AppResult<MachineAccount> {
-    state.limiter.hit(
-        &format!("auto-register:{client}"),
-        state.settings.limits.auto_register_per_hour,
-        Duration::from_secs(3600),
-    )?;
+    state
+        .limiter
+        .hit(
+            &format!("auto-register:{client}"),
+            state.settings.limits.auto_register_per_hour,
+            Duration::from_secs(3600),
+        )
+        .await?;
     machines::auto_register(
         &state.pool,
         &req.machine_fingerprint,

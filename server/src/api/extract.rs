@@ -144,11 +144,14 @@ async fn known_key(state: &AppState, secret: &str) -> Result<KeyOwner, AppError>
         .authenticate(&state.pool, secret)
         .await?
         .ok_or_else(|| AppError::Unauthorized("Invalid API key".into()))?;
-    state.limiter.hit(
-        &format!("api:{}", owner.key_id),
-        state.settings.limits.api_per_minute,
-        std::time::Duration::from_secs(60),
-    )?;
+    state
+        .limiter
+        .hit(
+            &format!("api:{}", owner.key_id),
+            state.settings.limits.api_per_minute,
+            std::time::Duration::from_secs(60),
+        )
+        .await?;
     Ok(owner)
 }
 

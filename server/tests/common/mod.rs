@@ -72,6 +72,17 @@ pub async fn fresh_database() -> (String, String) {
     (name, url)
 }
 
+/// Drops a database made by [`fresh_database`] (connections to it are closed).
+pub async fn drop_database(name: &str) {
+    let mut conn = PgConnection::connect(&admin_url()).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "drop database if exists {name} with (force)"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_with(Opts::default()).await
 }
@@ -118,6 +129,64 @@ pub fn client() -> reqwest::Client {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap()
+}
+
+/// A real `engram serve` process on a free port against `db_url`, with these arguments after
+/// `serve` and these extra environment variables; returns once `/api/ready` answers 200. The
+/// process is killed when the returned guard is dropped.
+pub async fn start_serve(
+    db_url: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (ServeProcess, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
+    cmd.arg("serve")
+        .args(args)
+        .env("DATABASE_URL", db_url)
+        .env("ENGRAM_BIND", format!("127.0.0.1:{port}"))
+        .env("ENGRAM_METRICS_BIND", "off")
+        .env("ENGRAM_MODEL_DIR", default_model_dir())
+        .stdout(std::process::Stdio::null());
+    // `ENGRAM_TEST_SERVE_LOGS=1` shows the processes' logs (with `--no-capture`).
+    if std::env::var_os("ENGRAM_TEST_SERVE_LOGS").is_none() {
+        cmd.stderr(std::process::Stdio::null());
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = ServeProcess(cmd.spawn().unwrap());
+    let base = format!("http://127.0.0.1:{port}");
+    let http = client();
+    for _ in 0..240 {
+        if let Ok(r) = http.get(format!("{base}/api/ready")).send().await {
+            if r.status() == 200 {
+                return (child, base);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("engram serve never became ready");
+}
+
+/// A child process killed on drop (a failed assertion must not leave servers running).
+pub struct ServeProcess(pub std::process::Child);
+
+impl ServeProcess {
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// Serves the router on a free port.
