@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/engram/target
 export SQLX_OFFLINE := true
 unexport DATABASE_URL
 
-.PHONY: run test setup build site lint bench-ingest bench-search bench-locomo bench-classifier bench-embed bench-models bench-proxy bench-stats clean-db
+.PHONY: run test setup build site lint bench-ingest bench-search bench-locomo bench-classifier bench-embed bench-models bench-proxy bench-stats bench-load clean-db
 
 run: setup build
 	ENGRAM_SITE_ROOT=$(CARGO_TARGET_DIR)/site $(CARGO_TARGET_DIR)/release/engram serve
@@ -47,6 +47,9 @@ bench-proxy: setup
 
 bench-stats: setup
 	cargo run --release -p server -- bench stats
+
+bench-load: setup site
+	cargo run --release -p server -- bench load
 
 bench-embed: setup
 	cargo run --release -p server -- bench embed

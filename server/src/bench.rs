@@ -7,7 +7,9 @@
 //! - `bench locomo --data FILE`: turn-level retrieval recall on LoCoMo;
 //! - `bench search`: search latency over HTTP at 10,000 and 100,000 memories in one account;
 //! - `bench models`: public model-catalogue search latency over HTTP (the real litellm list);
-//! - `bench proxy`: the LLM proxy's added time over the stand-in upstream called directly.
+//! - `bench proxy`: the LLM proxy's added time over the stand-in upstream called directly;
+//! - `bench load`: 256 clients, 70 % searches and 30 % writes, against one `engram serve`
+//!   process and then two on one database (these run as child processes).
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -95,6 +97,30 @@ pub enum Bench {
         #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
         data: PathBuf,
     },
+    /// Mixed load against real `engram serve` processes (one, then two on one database):
+    /// throughput, p50/p99 per kind, errors and each process's RSS.
+    Load {
+        /// Concurrent clients, each sending its next request when the last is answered.
+        #[arg(long, default_value_t = 256)]
+        clients: usize,
+        /// Length of each round.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Share of searches (the rest are new memories).
+        #[arg(long, default_value_t = 0.7)]
+        search_share: f64,
+        /// Accounts the clients are spread over.
+        #[arg(long, default_value_t = 8)]
+        accounts: usize,
+        /// Memories in the accounts together before the rounds (real LoCoMo turns).
+        #[arg(long, default_value_t = 40_000)]
+        memories: usize,
+        /// The rounds: this many processes each.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        processes: Vec<usize>,
+        #[arg(long, default_value = "../shared/data/locomo/locomo_dev5.json")]
+        data: PathBuf,
+    },
     /// Statistics over HTTP on a large account: `GET /api/stats/usage?days=365` and
     /// `GET /api/stats`.
     Stats {
@@ -152,6 +178,27 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             requests,
             data,
         } => stats_latency(config, memories, requests, &data).await,
+        Bench::Load {
+            clients,
+            seconds,
+            search_share,
+            accounts,
+            memories,
+            processes,
+            data,
+        } => {
+            load(
+                config,
+                clients,
+                seconds,
+                search_share,
+                accounts,
+                memories,
+                &processes,
+                &data,
+            )
+            .await
+        }
     }
 }
 
@@ -1601,6 +1648,336 @@ async fn search_latency(
             percentile(&after, 95.0),
             100.0 * db_sum / direct_sum
         );
+    }
+    Ok(())
+}
+
+/// The load bench's results for one kind of request.
+#[derive(Default)]
+struct KindLoad {
+    ms: Vec<f64>,
+    errors: usize,
+    first_error: Option<String>,
+}
+
+/// `n` `engram serve` processes (this binary, API and worker each) on the bench database, on
+/// free ports; answers them with their base URLs once each is ready.
+async fn serve_processes(
+    config: &Config,
+    url: &str,
+    n: usize,
+) -> anyhow::Result<Vec<(std::process::Child, String)>> {
+    let exe = std::env::current_exe()?;
+    let mut children = vec![];
+    for _ in 0..n {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new(&exe)
+            .arg("serve")
+            .env("DATABASE_URL", url)
+            .env("ENGRAM_BIND", format!("127.0.0.1:{port}"))
+            .env("ENGRAM_METRICS_BIND", "off")
+            .env("ENGRAM_MODEL_DIR", &config.model_dir)
+            .env("ENGRAM_SITE_ROOT", &config.site_root)
+            .env("ENGRAM_RATE_API_PER_MIN", "1000000000")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        children.push((child, format!("http://127.0.0.1:{port}")));
+    }
+    let http = reqwest::Client::new();
+    for (_, base) in &children {
+        let mut ready = false;
+        for _ in 0..600 {
+            if let Ok(r) = http.get(format!("{base}/api/ready")).send().await {
+                if r.status() == 200 {
+                    ready = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::ensure!(ready, "engram serve at {base} never became ready");
+    }
+    Ok(children)
+}
+
+/// A process's resident memory now and at its peak (`VmRSS`, `VmHWM`), in MiB.
+fn rss_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+            .unwrap_or(0.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Mixed load against real `engram serve` processes: `accounts` accounts holding `memories`
+/// real LoCoMo turns between them, then `clients` clients, each sending its next request as
+/// soon as the last is answered, for `seconds`: a search (a LoCoMo question) with probability
+/// `search_share`, otherwise a new memory (a LoCoMo turn). Once against one process, then
+/// against each count in `processes` (clients spread evenly). Between rounds the queue is
+/// drained, so a round does not embed the last one's writes.
+#[allow(clippy::too_many_arguments)]
+async fn load(
+    config: Config,
+    clients: usize,
+    seconds: u64,
+    search_share: f64,
+    accounts: usize,
+    memories: usize,
+    processes: &[usize],
+    data: &PathBuf,
+) -> anyhow::Result<()> {
+    let conversations = load_locomo(data)?;
+    let h = harness(&config, false).await?;
+    let pool = h.state.pool.clone();
+    let turns: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|t| t.1.clone()))
+        .collect();
+    let questions: Vec<String> = conversations
+        .iter()
+        .flat_map(|c| c.questions.iter().map(|q| q.0.clone()))
+        .collect();
+    let vectors = h.state.embedder.embed_many(&turns).await?;
+    sqlx::query("drop index if exists memories_embedding_idx")
+        .execute(&pool)
+        .await?;
+    let mut keys = vec![];
+    let mut rng = StdRng::seed_from_u64(7);
+    let per_account = memories / accounts.max(1);
+    for a in 0..accounts {
+        let (user, key) = h.account(&format!("load{a}@bench.local")).await?;
+        keys.push(key);
+        let mut inserted = 0;
+        while inserted < per_account {
+            let n = (per_account - inserted).min(2000);
+            let (mut contents, mut embeddings) = (vec![], vec![]);
+            for _ in 0..n {
+                // Each account's first turns as they are, then pairs of turns (vector: the
+                // normalised sum), so every row is distinct.
+                if inserted < turns.len() {
+                    let i = (inserted + a * 97) % turns.len();
+                    contents.push(turns[i].clone());
+                    embeddings.push(vectors[i].clone());
+                } else {
+                    let (i, j) = (
+                        rng.random_range(0..turns.len()),
+                        rng.random_range(0..turns.len()),
+                    );
+                    let mut v: Vec<f32> = vectors[i]
+                        .iter()
+                        .zip(&vectors[j])
+                        .map(|(x, y)| x + 0.5 * y)
+                        .collect();
+                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+                    v.iter_mut().for_each(|x| *x /= norm);
+                    contents.push(format!("{} / {}", turns[i], turns[j]));
+                    embeddings.push(v);
+                }
+                inserted += 1;
+            }
+            let refs: Vec<&[f32]> = embeddings.iter().map(Vec::as_slice).collect();
+            insert_memories(&pool, user, &contents, &refs).await?;
+        }
+    }
+    {
+        let mut conn = pool.acquire().await?;
+        sqlx::query("set maintenance_work_mem = '256MB'")
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query("create index memories_embedding_idx on memories using hnsw (embedding vector_cosine_ops)")
+            .execute(&mut *conn)
+            .await?;
+        settle(&mut conn).await?;
+    }
+    let mean_turn =
+        turns.iter().map(|t| t.chars().count()).sum::<usize>() as f64 / turns.len() as f64;
+    println!(
+        "# bench load: {accounts} accounts × {per_account} memories (real LoCoMo turns), {clients} clients \
+         each sending its next request when answered, {:.0} % searches (LoCoMo questions) and {:.0} % \
+         new memories (LoCoMo turns, mean {mean_turn:.0} characters), {seconds} s per round; \
+         the clients run in this process, on the same {} cores",
+        100.0 * search_share,
+        100.0 * (1.0 - search_share),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    let url = replace_db(&config.database_url, "engram_bench");
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    let turns = Arc::new(turns);
+    let questions = Arc::new(questions);
+    let keys = Arc::new(keys);
+    for &n in processes {
+        let mut children = serve_processes(&config, &url, n).await?;
+        let bases: Vec<String> = children.iter().map(|(_, b)| b.clone()).collect();
+        let pids: Vec<u32> = children.iter().map(|(c, _)| c.id()).collect();
+        // Warm-up: each process's connections prepare their statements and its model is
+        // loaded (a few searches and one write per account).
+        for base in &bases {
+            for key in keys.iter() {
+                for q in questions.iter().take(3) {
+                    let r = http
+                        .post(format!("{base}/api/v1/memories/search"))
+                        .header("x-api-key", key)
+                        .json(&json!({"query": q}))
+                        .send()
+                        .await?;
+                    anyhow::ensure!(r.status().is_success(), "warm-up search: {}", r.status());
+                }
+            }
+        }
+        let tasks_before: i64 = sqlx::query_scalar("select count(*) from tasks")
+            .fetch_one(&pool)
+            .await?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let started = Instant::now();
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let (http, bases, keys, turns, questions, stop) = (
+                    http.clone(),
+                    bases.clone(),
+                    keys.clone(),
+                    turns.clone(),
+                    questions.clone(),
+                    stop.clone(),
+                );
+                tokio::spawn(async move {
+                    let mut rng = StdRng::seed_from_u64(1000 + c as u64);
+                    let base = &bases[c % bases.len()];
+                    let key = &keys[c % keys.len()];
+                    let (mut search, mut write) = (KindLoad::default(), KindLoad::default());
+                    while !stop.load(Ordering::Relaxed) {
+                        let is_search = rng.random_bool(search_share);
+                        let req = if is_search {
+                            let q = &questions[rng.random_range(0..questions.len())];
+                            http.post(format!("{base}/api/v1/memories/search"))
+                                .json(&json!({"query": q}))
+                        } else {
+                            let t = &turns[rng.random_range(0..turns.len())];
+                            http.post(format!("{base}/api/v1/memories"))
+                                .json(&json!({"content": t}))
+                        };
+                        let t = Instant::now();
+                        let outcome = match req.header("x-api-key", key).send().await {
+                            Ok(r) if r.status().is_success() => {
+                                r.bytes().await.map(|_| ()).map_err(|e| e.to_string())
+                            }
+                            Ok(r) => Err(format!("HTTP {}", r.status())),
+                            Err(e) => Err(e.to_string()),
+                        };
+                        let ms = t.elapsed().as_secs_f64() * 1e3;
+                        let kind = if is_search { &mut search } else { &mut write };
+                        match outcome {
+                            Ok(()) => kind.ms.push(ms),
+                            Err(e) => {
+                                kind.errors += 1;
+                                kind.first_error.get_or_insert(e);
+                            }
+                        }
+                    }
+                    (search, write)
+                })
+            })
+            .collect();
+        let mut peak_rss = vec![0.0f64; pids.len()];
+        while started.elapsed() < Duration::from_secs(seconds) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            for (i, pid) in pids.iter().enumerate() {
+                peak_rss[i] = peak_rss[i].max(rss_mib(*pid).0);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let (mut search, mut write) = (KindLoad::default(), KindLoad::default());
+        for handle in handles {
+            let (s, w) = handle.await?;
+            for (into, from) in [(&mut search, s), (&mut write, w)] {
+                into.ms.extend(from.ms);
+                into.errors += from.errors;
+                if into.first_error.is_none() {
+                    into.first_error = from.first_error;
+                }
+            }
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let hwm: Vec<f64> = pids.iter().map(|p| rss_mib(*p).1).collect();
+        let written: i64 = sqlx::query_scalar("select count(*) from tasks")
+            .fetch_one(&pool)
+            .await?;
+        let backlog: i64 = sqlx::query_scalar(
+            "select count(*) from tasks where status in ('pending', 'processing')",
+        )
+        .fetch_one(&pool)
+        .await?;
+        println!(
+            "\n{n} process{}: {:.0} requests/s answered ({:.0} searches/s, {:.0} writes/s)",
+            if n == 1 {
+                format!(" ({clients} clients)")
+            } else {
+                format!("es ({} clients each)", clients / n)
+            },
+            (search.ms.len() + write.ms.len()) as f64 / elapsed,
+            search.ms.len() as f64 / elapsed,
+            write.ms.len() as f64 / elapsed
+        );
+        for (name, kind) in [("search", &search), ("write", &write)] {
+            let ms = sorted(kind.ms.clone());
+            println!(
+                "  {name:<6} {:>6} answered: p50 {:.1} ms, p99 {:.1} ms; errors {}{}",
+                ms.len(),
+                percentile(&ms, 50.0),
+                percentile(&ms, 99.0),
+                kind.errors,
+                kind.first_error
+                    .as_ref()
+                    .map(|e| format!(" (first: {e})"))
+                    .unwrap_or_default()
+            );
+        }
+        for (i, pid) in pids.iter().enumerate() {
+            println!(
+                "  process {} (pid {pid}): RSS peak during the round {:.0} MiB (VmHWM {:.0} MiB)",
+                i + 1,
+                peak_rss[i],
+                hwm[i]
+            );
+        }
+        // The writes are acknowledged when queued; the workers embed them at the model's pace.
+        let drain = Instant::now();
+        let mut left = backlog;
+        while left > 0 && drain.elapsed() < Duration::from_secs(900) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            left = sqlx::query_scalar(
+                "select count(*) from tasks where status in ('pending', 'processing')",
+            )
+            .fetch_one(&pool)
+            .await?;
+        }
+        let failed: i64 = sqlx::query_scalar("select count(*) from tasks where status = 'failed'")
+            .fetch_one(&pool)
+            .await?;
+        println!(
+            "  {} memories written; {backlog} still queued at the end, embedded {:.0} s later ({left} left), {failed} failed",
+            written - tasks_before,
+            drain.elapsed().as_secs_f64()
+        );
+        for (child, _) in children.iter_mut() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        for (child, _) in children.iter_mut() {
+            let _ = child.wait();
+        }
     }
     Ok(())
 }
