@@ -33,6 +33,9 @@ use app::core::state::AppState;
 pub enum Bench {
     /// Held-out accuracy of the local classifier.
     Classifier,
+    /// Importance against people's ratings: Spearman's rho on the rated set, dev and held-out
+    /// halves, and the mean score per rating and kind (short-but-vital, long-but-idle, plain).
+    Importance,
     /// The embedder alone: one short query at a time (latency) and batches (throughput).
     Embed {
         /// LoCoMo file whose questions are the short queries.
@@ -152,6 +155,10 @@ pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
             for (i, row) in confusion.iter().enumerate() {
                 println!("  {:<11} {:?}", app::core::classify::SECTORS[i], row);
             }
+            Ok(())
+        }
+        Bench::Importance => {
+            importance_rank();
             Ok(())
         }
         Bench::Embed { data } => embed(config, &data).await,
@@ -374,14 +381,7 @@ async fn proxy_overhead(
     let conversations = load_locomo(data)?;
     let h = harness(&config, false).await?;
     let (user, key) = h.account("proxy@bench.local").await?;
-    let turns: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.turns.iter().map(|t| t.1.clone()))
-        .collect();
-    let questions: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.questions.iter().map(|q| q.0.clone()))
-        .collect();
+    let (turns, questions) = turns_and_questions(&conversations);
     let corpus: Vec<String> = turns.iter().cycle().take(memories).cloned().collect();
     let vectors = h.state.embedder.embed_many(&turns).await?;
     for (chunk_i, chunk) in corpus.chunks(2000).enumerate() {
@@ -1153,6 +1153,20 @@ struct Conversation {
     questions: Vec<(String, i64, Vec<String>)>, // (question, category, evidence)
 }
 
+/// Every turn's text and every question, in order.
+fn turns_and_questions(conversations: &[Conversation]) -> (Vec<String>, Vec<String>) {
+    (
+        conversations
+            .iter()
+            .flat_map(|c| c.turns.iter().map(|t| t.1.clone()))
+            .collect(),
+        conversations
+            .iter()
+            .flat_map(|c| c.questions.iter().map(|q| q.0.clone()))
+            .collect(),
+    )
+}
+
 fn load_locomo(path: &PathBuf) -> anyhow::Result<Vec<Conversation>> {
     let raw: Value = serde_json::from_str(
         &std::fs::read_to_string(path)
@@ -1738,14 +1752,7 @@ async fn load(
     let conversations = load_locomo(data)?;
     let h = harness(&config, false).await?;
     let pool = h.state.pool.clone();
-    let turns: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.turns.iter().map(|t| t.1.clone()))
-        .collect();
-    let questions: Vec<String> = conversations
-        .iter()
-        .flat_map(|c| c.questions.iter().map(|q| q.0.clone()))
-        .collect();
+    let (turns, questions) = turns_and_questions(&conversations);
     let vectors = h.state.embedder.embed_many(&turns).await?;
     sqlx::query("drop index if exists memories_embedding_idx")
         .execute(&pool)
@@ -1980,4 +1987,58 @@ async fn load(
         }
     }
     Ok(())
+}
+
+/// `bench importance`: the scores `classify::importance` gives the rated memories (as the first
+/// memory of an account: full novelty) against the people's ratings.
+fn importance_rank() {
+    use app::core::classify::{importance, rated_importance, spearman};
+    let rows = rated_importance();
+    let scored: Vec<(u8, bool, String, f64)> = rows
+        .iter()
+        .map(|(rating, held, kind, text)| {
+            (
+                *rating,
+                *held,
+                kind.clone(),
+                f64::from(importance(1, text, None)),
+            )
+        })
+        .collect();
+    let rho = |pick: &dyn Fn(&(u8, bool, String, f64)) -> bool| {
+        let chosen: Vec<_> = scored.iter().filter(|r| pick(r)).collect();
+        let a: Vec<f64> = chosen.iter().map(|r| f64::from(r.0)).collect();
+        let b: Vec<f64> = chosen.iter().map(|r| r.3).collect();
+        (spearman(&a, &b), chosen.len())
+    };
+    println!("# bench importance: app/data/importance/rated.tsv, ratings 1 (idle) to 3 (vital)");
+    for (name, pick) in [
+        (
+            "dev (weights chosen on it)",
+            &(|r: &(u8, bool, String, f64)| !r.1) as &dyn Fn(&_) -> bool,
+        ),
+        ("held out", &|r: &(u8, bool, String, f64)| r.1),
+        ("all", &|_: &(u8, bool, String, f64)| true),
+    ] {
+        let (r, n) = rho(pick);
+        println!("Spearman {name}: {r:.3} ({n} memories)");
+    }
+    for kind in ["short-vital", "long-idle", "plain"] {
+        for rating in 1..=3u8 {
+            let s: Vec<f64> = scored
+                .iter()
+                .filter(|r| r.2 == kind && r.0 == rating)
+                .map(|r| r.3)
+                .collect();
+            if !s.is_empty() {
+                println!(
+                    "  {kind:<11} rated {rating}: {} memories, mean score {:.2} (min {:.2}, max {:.2})",
+                    s.len(),
+                    s.iter().sum::<f64>() / s.len() as f64,
+                    s.iter().cloned().fold(f64::MAX, f64::min),
+                    s.iter().cloned().fold(f64::MIN, f64::max)
+                );
+            }
+        }
+    }
 }

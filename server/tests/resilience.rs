@@ -10,36 +10,6 @@ use serde_json::json;
 
 use common::*;
 
-/// Registers an account through `base` and returns an API key of it.
-async fn account_key(http: &reqwest::Client, base: &str, email: &str) -> String {
-    let r = http
-        .post(format!("{base}/api/auth/register"))
-        .json(&json!({"email": email, "password": "password123"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let (_, login) = body(
-        http.post(format!("{base}/api/auth/login"))
-            .form(&[("username", email), ("password", "password123")])
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    let token = login["access_token"].as_str().unwrap();
-    let (_, k) = body(
-        http.post(format!("{base}/api/keys"))
-            .bearer_auth(token)
-            .json(&json!({"name": "limits"}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    k["data"]["key"].as_str().unwrap().to_string()
-}
-
 /// 300 calls with one key (limit 100 a minute) and 30 wrong log-ins for one e-mail (limit 10 a
 /// minute), spread over two processes, 32 at a time: the processes together admit no more than
 /// each limit, and refuse no earlier than the documented tolerance (two processes × (lease − 1)

@@ -664,35 +664,7 @@ async fn plan_commands_take_effect_in_every_running_process() {
     let (mut one, base_one) = start_serve(&url, &["--no-worker"], &[]).await;
     let (mut two, base_two) = start_serve(&url, &["--no-worker"], &[]).await;
     let http = client();
-    let creds = json!({"email": "ops@example.com", "password": "password123"});
-    let (s, _) = body(
-        http.post(format!("{base_one}/api/auth/register"))
-            .json(&creds)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(s, 200);
-    let (_, login) = body(
-        http.post(format!("{base_one}/api/auth/login"))
-            .form(&[("username", "ops@example.com"), ("password", "password123")])
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    let token = login["access_token"].as_str().unwrap();
-    let (_, k) = body(
-        http.post(format!("{base_one}/api/keys"))
-            .bearer_auth(token)
-            .json(&json!({"name": "ops"}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    let key = k["data"]["key"].as_str().unwrap().to_string();
+    let key = account_key(&http, &base_one, "ops@example.com").await;
     let create = |base: &str, name: &str| {
         http.post(format!("{base}/api/v1/projects"))
             .header("x-api-key", &key)

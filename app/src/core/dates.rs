@@ -55,7 +55,7 @@ pub fn event_day(metadata: Option<&Value>) -> Option<NaiveDate> {
     })
 }
 
-const MONTHS: [&str; 12] = [
+pub(crate) const MONTHS: [&str; 12] = [
     "january",
     "february",
     "march",

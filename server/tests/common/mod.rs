@@ -173,6 +173,36 @@ pub async fn start_serve(
     panic!("engram serve never became ready");
 }
 
+/// Registers an account through `base` and returns an API key of it.
+pub async fn account_key(http: &reqwest::Client, base: &str, email: &str) -> String {
+    let r = http
+        .post(format!("{base}/api/auth/register"))
+        .json(&json!({"email": email, "password": "password123"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (_, login) = body(
+        http.post(format!("{base}/api/auth/login"))
+            .form(&[("username", email), ("password", "password123")])
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let token = login["access_token"].as_str().unwrap();
+    let (_, k) = body(
+        http.post(format!("{base}/api/keys"))
+            .bearer_auth(token)
+            .json(&json!({"name": "limits"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    k["data"]["key"].as_str().unwrap().to_string()
+}
+
 /// A child process killed on drop (a failed assertion must not leave servers running).
 pub struct ServeProcess(pub std::process::Child);
 
