@@ -29,6 +29,8 @@ pub struct Config {
     pub heartbeat_secs: u64,
     /// `ENGRAM_METRICS_BIND`: where `GET /metrics` is served (`off`: nowhere).
     pub metrics_bind: Option<SocketAddr>,
+    /// `ENGRAM_QUERY_CACHE`: search-query embeddings kept per generation (0: none).
+    pub query_cache: usize,
     /// The settings the domain reads.
     pub settings: Settings,
 }
@@ -197,6 +199,7 @@ impl Config {
                 parse("ENGRAM_FAILPOINT_INGEST_DELAY_MS", 0)?
             },
             heartbeat_secs: parse("ENGRAM_WORKER_HEARTBEAT_SECS", 10)?,
+            query_cache: parse("ENGRAM_QUERY_CACHE", app::core::embed::QUERY_CACHE)?,
             metrics_bind: match var("ENGRAM_METRICS_BIND").as_deref() {
                 Some("off") => None,
                 Some(v) => Some(v.parse().map_err(|e| {

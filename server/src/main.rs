@@ -355,6 +355,7 @@ async fn start(config: &Config) -> anyhow::Result<(sqlx::PgPool, app::core::stat
         .map_err(|e| anyhow::anyhow!("cannot reach PostgreSQL at DATABASE_URL: {e}"))?;
     server::migrate(&pool).await?;
     let embedder = EmbedderHandle::new(&config.model_dir);
+    embedder.set_query_cache(config.query_cache);
     let state = server::build_state(
         pool.clone(),
         config.settings.clone(),

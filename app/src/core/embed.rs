@@ -2,9 +2,10 @@
 //! L2-normalised). One model per process, shared by two lanes (search queries, memories), each
 //! a dedicated thread that micro-batches the requests queued while it was busy, so the async
 //! threads never run the model.
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{anyhow, Context};
 use candle_core::{DType, Device, Tensor};
@@ -235,6 +236,43 @@ struct Inner {
     lanes: [OnceLock<Queue>; 2],
     stats: [Arc<EmbedStats>; 2],
     foreground: Arc<Foreground>,
+    queries: Mutex<QueryCache>,
+}
+
+/// The embeddings of recent search queries, by exact text: a query asked again (an agent
+/// recalling the same thing each turn, a user paging through results) skips the model, which is
+/// most of a search's time. Two generations approximate least-recently-used: a hit moves to the
+/// current one; when the current one is full it becomes the previous one, and the old previous
+/// one is dropped. `QUERY_CACHE` entries at most (about 1.5 KiB each).
+#[derive(Default)]
+struct QueryCache {
+    capacity: usize,
+    current: HashMap<String, Vec<f32>>,
+    previous: HashMap<String, Vec<f32>>,
+}
+
+/// Query embeddings kept by default (twice this at most, across both generations: 6 MiB).
+pub const QUERY_CACHE: usize = 2048;
+
+impl QueryCache {
+    fn get(&mut self, text: &str) -> Option<Vec<f32>> {
+        if let Some(v) = self.current.get(text) {
+            return Some(v.clone());
+        }
+        let v = self.previous.remove(text)?;
+        self.put(text, v.clone());
+        Some(v)
+    }
+
+    fn put(&mut self, text: &str, v: Vec<f32>) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.current.len() >= self.capacity {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(text.to_string(), v);
+    }
 }
 
 /// Pressure on the API that the bulk lane yields to, like a background job's cost delay.
@@ -339,8 +377,21 @@ impl EmbedderHandle {
                 lanes: Default::default(),
                 stats: Default::default(),
                 foreground: Default::default(),
+                queries: Mutex::new(QueryCache {
+                    capacity: QUERY_CACHE,
+                    ..Default::default()
+                }),
             }),
         }
+    }
+
+    /// Sets how many query embeddings are kept (0: none) and forgets those kept. Benchmarks
+    /// that time the model turn it off.
+    pub fn set_query_cache(&self, capacity: usize) {
+        *self.inner.queries.lock().unwrap_or_else(|p| p.into_inner()) = QueryCache {
+            capacity,
+            ..Default::default()
+        };
     }
 
     /// Counters of one lane's model thread.
@@ -412,9 +463,26 @@ impl EmbedderHandle {
             .map_err(|e| anyhow!(e))
     }
 
-    /// Embeds a search query (the query lane).
+    /// Embeds a search query (the query lane), or answers it from the recent queries' cache.
     pub async fn embed_query(&self, text: &str) -> anyhow::Result<Vec<f32>> {
-        self.embed_in(Lane::Query, text).await
+        let cached = self
+            .inner
+            .queries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(text);
+        if let Some(v) = cached {
+            metrics::counter!("engram_query_cache_total", "result" => "hit").increment(1);
+            return Ok(v);
+        }
+        metrics::counter!("engram_query_cache_total", "result" => "miss").increment(1);
+        let v = self.embed_in(Lane::Query, text).await?;
+        self.inner
+            .queries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(text, v.clone());
+        Ok(v)
     }
 
     /// Embeds one memory (the bulk lane).
@@ -565,6 +633,25 @@ pub fn default_model_dir() -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_query_cache_keeps_recent_queries_in_two_generations() {
+        let mut c = QueryCache {
+            capacity: 2,
+            ..Default::default()
+        };
+        c.put("a", vec![1.0]);
+        c.put("b", vec![2.0]);
+        c.put("c", vec![3.0]); // current full: a and b become the previous generation
+        assert_eq!(c.get("a"), Some(vec![1.0])); // a hit moves it back to the current one
+        c.put("d", vec![4.0]); // current (c, a) full: b is dropped
+        assert_eq!(c.get("b"), None);
+        assert_eq!(c.get("a"), Some(vec![1.0]));
+        assert_eq!(c.get("d"), Some(vec![4.0]));
+        let mut off = QueryCache::default();
+        off.put("a", vec![1.0]);
+        assert_eq!(off.get("a"), None);
+    }
+
     use super::*;
 
     /// Parity with sentence-transformers on the shared golden set.
