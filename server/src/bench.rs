@@ -2038,22 +2038,23 @@ fn importance_rank() {
             )
         })
         .collect();
-    let rho = |pick: &dyn Fn(&(u8, bool, String, f64)) -> bool| {
-        let chosen: Vec<_> = scored.iter().filter(|r| pick(r)).collect();
+    // Spearman over the rows of one half (`Some(held)`) or all of them.
+    let rho = |half: Option<bool>| {
+        let chosen: Vec<_> = scored
+            .iter()
+            .filter(|r| half.is_none_or(|held| r.1 == held))
+            .collect();
         let a: Vec<f64> = chosen.iter().map(|r| f64::from(r.0)).collect();
         let b: Vec<f64> = chosen.iter().map(|r| r.3).collect();
         (spearman(&a, &b), chosen.len())
     };
     println!("# bench importance: app/data/importance/rated.tsv, ratings 1 (idle) to 3 (vital)");
-    for (name, pick) in [
-        (
-            "dev (weights chosen on it)",
-            &(|r: &(u8, bool, String, f64)| !r.1) as &dyn Fn(&_) -> bool,
-        ),
-        ("held out", &|r: &(u8, bool, String, f64)| r.1),
-        ("all", &|_: &(u8, bool, String, f64)| true),
+    for (name, half) in [
+        ("dev (weights chosen on it)", Some(false)),
+        ("held out", Some(true)),
+        ("all", None),
     ] {
-        let (r, n) = rho(pick);
+        let (r, n) = rho(half);
         println!("Spearman {name}: {r:.3} ({n} memories)");
     }
     for kind in ["short-vital", "long-idle", "plain"] {

@@ -61,7 +61,7 @@ pub async fn run(
         match run_one(&pool, &ctx, &name, concurrency, heartbeat, stop).await {
             Ok(()) => return Ok(()),
             Err(e) => {
-                if shutdown.peek().is_some() {
+                if futures::FutureExt::now_or_never(shutdown.clone()).is_some() {
                     return Ok(());
                 }
                 tracing::error!(worker = %name, error = %format!("{e:#}"), "worker stopped; starting another once the database answers");
@@ -79,8 +79,11 @@ pub async fn run(
                             tracing::info!(worker = %name, jobs = r.rows_affected(), "jobs of the stopped worker handed back");
                             break;
                         }
-                        Err(_) if shutdown.peek().is_some() => return Ok(()),
-                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                        // Still unreachable: try again, unless told to stop meanwhile.
+                        Err(_) => tokio::select! {
+                            _ = shutdown.clone() => return Ok(()),
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        },
                     }
                 }
             }
