@@ -121,17 +121,20 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn pg(&self, tool: &str, args: &[&str]) -> std::process::Output {
-        let root = unsafe { libc_geteuid() } == 0;
+    /// A PostgreSQL tool, run as `postgres` when the tests run as root.
+    fn command(&self, tool: &str) -> std::process::Command {
         let tool = self.bin.join(tool);
-        let mut cmd = if root {
+        if unsafe { libc_geteuid() } == 0 {
             let mut c = std::process::Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(tool);
             c
         } else {
             std::process::Command::new(tool)
-        };
-        let out = cmd.args(args).output().unwrap();
+        }
+    }
+
+    fn pg(&self, tool: &str, args: &[&str]) -> std::process::Output {
+        let out = self.command(tool).args(args).output().unwrap();
         assert!(
             out.status.success(),
             "{args:?}: {}",
@@ -151,12 +154,11 @@ impl Cluster {
                 .unwrap();
             assert!(ok.success());
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let cluster = Self { dir, port, bin };
+        let cluster = Self {
+            dir,
+            port: free_port(),
+            bin,
+        };
         let data = cluster.data();
         cluster.pg(
             "initdb",
@@ -215,14 +217,9 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let data = self.data();
-        let _ = std::process::Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .args(["-D", &data, "-m", "immediate", "stop"])
-            .output();
-        let _ = std::process::Command::new(self.bin.join("pg_ctl"))
-            .args(["-D", &data, "-m", "immediate", "stop"])
+        let _ = self
+            .command("pg_ctl")
+            .args(["-D", &self.data(), "-m", "immediate", "stop"])
             .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

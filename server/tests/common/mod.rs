@@ -131,6 +131,15 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A real `engram serve` process on a free port against `db_url`, with these arguments after
 /// `serve` and these extra environment variables; returns once `/api/ready` answers 200. The
 /// process is killed when the returned guard is dropped.
@@ -139,11 +148,7 @@ pub async fn start_serve(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (ServeProcess, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
     cmd.arg("serve")
         .args(args)
