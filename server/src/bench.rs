@@ -31,8 +31,14 @@ use app::core::state::AppState;
 
 #[derive(Subcommand, Debug)]
 pub enum Bench {
-    /// Held-out accuracy of the local classifier.
-    Classifier,
+    /// The sector classifier: cross-validation on the training rows (the variants it was chosen
+    /// from), then the shipped head on the 200 held-out implicit memories, against the
+    /// nearest-centroid classifier it replaced.
+    Classifier {
+        /// Also list the training rows cross-validation gets wrong.
+        #[arg(long)]
+        errors: bool,
+    },
     /// Importance against people's ratings: Spearman's rho on the rated set, dev and held-out
     /// halves, and the mean score per rating and kind (short-but-vital, long-but-idle, plain).
     Importance,
@@ -140,21 +146,8 @@ pub enum Bench {
 
 pub async fn run(config: Config, which: Bench) -> anyhow::Result<()> {
     match which {
-        Bench::Classifier => {
-            let embedder = EmbedderHandle::new(&config.model_dir);
-            let (correct, total, confusion) =
-                app::core::classify::held_out_accuracy(&embedder).await?;
-            println!(
-                "classifier held-out accuracy: {correct}/{total} = {:.1} %",
-                100.0 * correct as f64 / total as f64
-            );
-            println!(
-                "confusion (rows: true sector, columns: predicted {:?})",
-                app::core::classify::SECTORS
-            );
-            for (i, row) in confusion.iter().enumerate() {
-                println!("  {:<11} {:?}", app::core::classify::SECTORS[i], row);
-            }
+        Bench::Classifier { errors } => {
+            classifier(&config, errors).await?;
             Ok(())
         }
         Bench::Importance => {
@@ -1279,6 +1272,13 @@ impl Scores {
             self.mrr += 1.0 / (pos + 1) as f64;
         }
     }
+    fn recall_at(&self, k: usize) -> f64 {
+        let i = [1usize, 5, 10, 20]
+            .iter()
+            .position(|&x| x == k)
+            .unwrap_or(2);
+        self.recall[i] / self.n.max(1) as f64
+    }
     fn row(&self, name: &str) -> String {
         let n = self.n.max(1) as f64;
         format!(
@@ -1294,6 +1294,10 @@ impl Scores {
         )
     }
 }
+
+/// `bench locomo`: the weights are chosen on this many conversations (the first), and recall is
+/// reported on the rest too.
+const TUNE_CONVERSATIONS: usize = 3;
 
 async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> anyhow::Result<()> {
     let conversations = load_locomo(data)?;
@@ -1387,7 +1391,6 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
         ),
         ("fused".to_string(), fused),
     ];
-
     if sweep {
         for v in [0.5f32, 0.6, 0.7] {
             for neighbour in [0.2f32, 0.3, 0.4] {
@@ -1410,7 +1413,11 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
         }
     }
     let mut variant_scores = vec![Scores::default(); variants.len()];
-    for conv in &conversations {
+    // Weights are chosen on the first three conversations (tune) and reported on the others.
+    let mut split_scores = vec![[Scores::default(), Scores::default()]; variants.len()];
+    let mut http_split = [Scores::default(), Scores::default()];
+    for (c, conv) in conversations.iter().enumerate() {
+        let split = usize::from(c >= TUNE_CONVERSATIONS);
         let project = format!("locomo-{}", conv.id);
         for (question, category, evidence) in &conv.questions {
             let t = Instant::now();
@@ -1433,6 +1440,7 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
                 .or_default()
                 .add(&ranked, evidence);
             overall.add(&ranked, evidence);
+            http_split[split].add(&ranked, evidence);
             for (i, (_, w)) in variants.iter().enumerate() {
                 let (hits, _) = search::search_with(
                     &h.state.pool,
@@ -1450,6 +1458,7 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
                     .filter_map(|hit| hit.metadata["dia_id"].as_str().map(str::to_string))
                     .collect();
                 variant_scores[i].add(&ranked, evidence);
+                split_scores[i][split].add(&ranked, evidence);
             }
         }
     }
@@ -1464,6 +1473,14 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
         }
     }
     println!("{}", overall.row("overall"));
+    println!(
+        "{}",
+        http_split[0].row(&format!("tune (conv. 1-{TUNE_CONVERSATIONS})"))
+    );
+    println!(
+        "{}",
+        http_split[1].row(&format!("report (conv. {}-)", TUNE_CONVERSATIONS + 1))
+    );
     let latencies = sorted(latencies);
     println!(
         "\nsearch latency over HTTP (limit 20): p50 {:.1} ms, p95 {:.1} ms ({} searches)",
@@ -1476,6 +1493,16 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
     println!("|----------------------|-------|-------|-------|-------|-------|--------|--------|-------|");
     for (i, (name, _)) in variants.iter().enumerate() {
         println!("{}", variant_scores[i].row(name));
+    }
+    println!("\nrecall@10 per split: tune (conversations 1-{TUNE_CONVERSATIONS}, where weights are chosen) | report (the others) | gap");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        let [tune, report] = &split_scores[i];
+        println!(
+            "  {name:<24} {:.3} | {:.3} | {:+.3}",
+            tune.recall_at(10),
+            report.recall_at(10),
+            report.recall_at(10) - tune.recall_at(10)
+        );
     }
     Ok(())
 }
@@ -2075,4 +2102,53 @@ fn importance_rank() {
             }
         }
     }
+}
+
+async fn classifier(config: &Config, show_errors: bool) -> anyhow::Result<()> {
+    use app::core::classify::{self, Scores, SECTORS};
+    let embedder = EmbedderHandle::new(&config.model_dir);
+    let started = std::time::Instant::now();
+    let e = classify::evaluate(&embedder).await?;
+    println!(
+        "training rows: {} (train.tsv, protos.tsv, implicit.tsv); held out: {} (held_out.tsv, implicit, never learned from)",
+        classify::training_rows().len(),
+        e.held_out.total
+    );
+    println!("5-fold cross-validation on the training rows (choices are made here):");
+    for (label, accuracy) in &e.cross_validation {
+        println!("  {:<52} {:.1} %", label, 100.0 * accuracy);
+    }
+    if show_errors {
+        println!("training rows the shipped options miss in cross-validation:");
+        for (truth, predicted, text) in &e.cross_validation_errors {
+            println!("  {} -> {}: {text}", SECTORS[*truth], SECTORS[*predicted]);
+        }
+    }
+    let report = |title: &str, s: &Scores| {
+        println!(
+            "{title}: {}/{} = {:.1} %",
+            s.correct,
+            s.total,
+            100.0 * s.accuracy()
+        );
+    };
+    report("held-out implicit rows, shipped head", &e.held_out);
+    println!("  sector       precision  recall   confusion (columns: predicted, in the order of the rows)");
+    for (i, name) in SECTORS.iter().enumerate() {
+        let (p, r) = e.held_out.precision_recall(i);
+        println!(
+            "  {name:<11}  {:>8.2}  {:>6.2}   {:?}",
+            p, r, e.held_out.confusion[i]
+        );
+    }
+    report(
+        "held-out implicit rows, nearest centroid (before)",
+        &e.held_out_centroid,
+    );
+    report(
+        "every fifth row of train.tsv held out, head learned from the rest",
+        &e.explicit_fifth,
+    );
+    println!("({:.1} s)", started.elapsed().as_secs_f64());
+    Ok(())
 }

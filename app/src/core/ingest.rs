@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
-use super::classify::{importance, Centroids, SECTORS};
+use super::classify::{importance, Classifier, SECTORS};
 use super::dates;
 use super::embed::{EmbedderHandle, MODEL_NAME};
 use super::group::GroupCommit;
@@ -55,7 +55,7 @@ pub struct IngestContext {
     pub http: reqwest::Client,
     pub llm: Option<LlmSettings>,
     pub options: IngestOptions,
-    centroids: OnceCell<Centroids>,
+    classifier: OnceCell<Classifier>,
     /// Group commit for the jobs' claims of their tasks (started on first use).
     claims: std::sync::OnceLock<GroupCommit<Uuid, Result<Option<Claimed>, String>>>,
     /// Group commit for embedded memories (started on first use).
@@ -85,7 +85,7 @@ impl IngestContext {
             http,
             llm,
             options,
-            centroids: OnceCell::new(),
+            classifier: OnceCell::new(),
             claims: std::sync::OnceLock::new(),
             stores: std::sync::OnceLock::new(),
             claim_statements: Arc::default(),
@@ -93,16 +93,16 @@ impl IngestContext {
         })
     }
 
-    async fn centroids(&self) -> anyhow::Result<&Centroids> {
-        self.centroids
-            .get_or_try_init(|| Centroids::load_or_fit(&self.embedder))
+    async fn classifier(&self) -> anyhow::Result<&Classifier> {
+        self.classifier
+            .get_or_try_init(|| Classifier::load_or_fit(&self.embedder))
             .await
     }
 
-    /// Loads the model and the centroids before the first job.
+    /// Loads the model and the sector classifier before the first job.
     pub async fn warm_up(&self) -> anyhow::Result<()> {
         self.embedder.warm_up().await?;
-        self.centroids().await.map(|_| ())
+        self.classifier().await.map(|_| ())
     }
 }
 
@@ -206,8 +206,8 @@ async fn try_once(
         anyhow::bail!("injected transient failure (try {try_number})");
     }
     let embedding = ctx.embedder.embed(&task.content).await?;
-    let centroids = ctx.centroids().await?;
-    let local_sector = centroids.classify(&embedding, &task.content);
+    let classifier = ctx.classifier().await?;
+    let local_sector = classifier.classify(&embedding, &task.content);
     let (sector, llm_importance) = match &ctx.llm {
         Some(settings) => match llm::classify(&ctx.http, settings, &task.content).await {
             Ok(answer) => (answer.sector, answer.importance),
