@@ -1,6 +1,7 @@
 //! The local classifier: a softmax head (multinomial logistic regression) over the MiniLM
-//! embedding and five surface-cue flags, learned from `data/classifier/` when the worker starts
-//! (well under a second) and cached beside the model. The cues are features the head weighs, so
+//! embedding and ten surface-cue flags (`cue_features`), learned from `data/classifier/` when the
+//! worker starts (embedding the 580 rows takes seconds, the fit well under one) and cached beside
+//! the model. The cues are features the head weighs, so
 //! implicit phrasing ("Tea over coffee, always.") still goes by meaning.
 //!
 //! `data/classifier/held_out.tsv` (200 implicit memories, 40 per sector) is never learned from:
