@@ -1272,12 +1272,8 @@ impl Scores {
             self.mrr += 1.0 / (pos + 1) as f64;
         }
     }
-    fn recall_at(&self, k: usize) -> f64 {
-        let i = [1usize, 5, 10, 20]
-            .iter()
-            .position(|&x| x == k)
-            .unwrap_or(2);
-        self.recall[i] / self.n.max(1) as f64
+    fn recall10(&self) -> f64 {
+        self.recall[2] / self.n.max(1) as f64
     }
     fn row(&self, name: &str) -> String {
         let n = self.n.max(1) as f64;
@@ -1499,9 +1495,9 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
         let [tune, report] = &split_scores[i];
         println!(
             "  {name:<24} {:.3} | {:.3} | {:+.3}",
-            tune.recall_at(10),
-            report.recall_at(10),
-            report.recall_at(10) - tune.recall_at(10)
+            tune.recall10(),
+            report.recall10(),
+            report.recall10() - tune.recall10()
         );
     }
     Ok(())
