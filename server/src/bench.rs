@@ -2145,6 +2145,23 @@ async fn classifier(config: &Config, show_errors: bool) -> anyhow::Result<()> {
         "every fifth row of train.tsv held out, head learned from the rest",
         &e.explicit_fifth,
     );
+    let near = |at: f32| e.closest_training.iter().filter(|c| c.0 >= at).count();
+    println!(
+        "held-out rows' closest training row (cosine): max {:.3}; {} at {} or more (paraphrases), {} at 0.9 or more",
+        e.closest_training.first().map_or(0.0, |c| c.0),
+        near(classify::NEAR_COPY),
+        classify::NEAR_COPY,
+        near(0.9)
+    );
+    if show_errors {
+        for (cos, held, train) in e
+            .closest_training
+            .iter()
+            .take_while(|c| c.0 >= classify::NEAR_COPY)
+        {
+            println!("  {cos:.3}  held out: {held}  |  training: {train}");
+        }
+    }
     println!("({:.1} s)", started.elapsed().as_secs_f64());
     Ok(())
 }

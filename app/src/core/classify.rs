@@ -1,6 +1,6 @@
 //! The local classifier: a softmax head (multinomial logistic regression) over the MiniLM
 //! embedding and ten surface-cue flags (`cue_features`), learned from `data/classifier/` when the
-//! worker starts (embedding the 580 rows takes seconds, the fit well under one) and cached beside
+//! worker starts (embedding the 671 rows takes seconds, the fit well under one) and cached beside
 //! the model. The cues are features the head weighs, so
 //! implicit phrasing ("Tea over coffee, always.") still goes by meaning.
 //!
@@ -980,6 +980,38 @@ pub struct Evaluation {
     /// The earlier figure's protocol: every fifth row of `train.tsv` held out, the head learned
     /// from the rest of the training rows.
     pub explicit_fifth: Scores,
+    /// Each held-out row's most similar training row (cosine of their embeddings), most similar
+    /// first: a paraphrase of a held-out row among the training rows would flatter the held-out
+    /// figure as a copy would.
+    pub closest_training: Vec<(f32, String, String)>,
+}
+
+/// A training row at least this similar to a held-out row (cosine of their embeddings) is a
+/// paraphrase of it: "Surprise parties stress me out." and "Surprise parties are my nightmare."
+/// score 0.83, two memories merely on one topic 0.5 to 0.75. The rows we write for training
+/// (`implicit.tsv`) are kept below it (the unit test), or they would flatter the held-out figure
+/// as copies would.
+pub const NEAR_COPY: f32 = 0.8;
+
+/// For each held-out row, its most similar training row: (cosine, held-out text, training text),
+/// most similar first.
+fn closest_training(
+    train: &[(usize, Vec<f32>, String)],
+    held: &[(usize, Vec<f32>, String)],
+) -> Vec<(f32, String, String)> {
+    let mut closest: Vec<(f32, String, String)> = held
+        .iter()
+        .map(|(_, h, text)| {
+            let (cos, other) = train
+                .iter()
+                .map(|(_, t, other)| (h.iter().zip(t).map(|(a, b)| a * b).sum::<f32>(), other))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .expect("training rows");
+            (cos, text.clone(), other.clone())
+        })
+        .collect();
+    closest.sort_by(|a, b| b.0.total_cmp(&a.0));
+    closest
 }
 
 /// Embeds the rows once.
@@ -1002,12 +1034,24 @@ fn borrowed(rows: &[(usize, Vec<f32>, String)]) -> Vec<Example<'_>> {
         .collect()
 }
 
-/// The shipped head on the held-out rows only (the unit test's guard).
-pub async fn held_out_scores(embedder: &EmbedderHandle) -> anyhow::Result<Scores> {
+/// The shipped head on the held-out rows only, and the held-out rows' closest rows among those
+/// we wrote for training, `implicit.tsv` (the unit test's guards).
+pub async fn held_out_scores(
+    embedder: &EmbedderHandle,
+) -> anyhow::Result<(Scores, Vec<(f32, String, String)>)> {
     let train = embedded(embedder, training_rows()).await?;
     let held = embedded(embedder, parse_tsv(HELD_OUT_TSV)).await?;
     let head = Classifier::fit(&borrowed(&train), HeadOptions::default());
-    Ok(Scores::of(&borrowed(&held), |v, t| head.classify(v, t)))
+    let written = parse_tsv(IMPLICIT_TSV);
+    let ours: Vec<_> = train
+        .iter()
+        .filter(|(_, _, t)| written.iter().any(|(_, w)| w == t))
+        .cloned()
+        .collect();
+    Ok((
+        Scores::of(&borrowed(&held), |v, t| head.classify(v, t)),
+        closest_training(&ours, &held),
+    ))
 }
 
 /// Everything `bench classifier` reports (see `Evaluation`).
@@ -1091,6 +1135,7 @@ pub async fn evaluate(embedder: &EmbedderHandle) -> anyhow::Result<Evaluation> {
         held_out,
         held_out_centroid,
         explicit_fifth,
+        closest_training: closest_training(&train, &held),
     })
 }
 
@@ -1214,13 +1259,19 @@ mod tests {
     #[tokio::test]
     async fn the_head_classifies_held_out_implicit_memories() {
         let embedder = EmbedderHandle::new(super::super::embed::default_model_dir());
-        let scores = held_out_scores(&embedder).await.unwrap();
+        let (scores, closest) = held_out_scores(&embedder).await.unwrap();
         assert_eq!(scores.total, 200);
         assert!(
             scores.accuracy() >= 0.85,
             "held-out accuracy {}/{}",
             scores.correct,
             scores.total
+        );
+        // None of the training rows we wrote is a paraphrase of a held-out one.
+        let (cos, held, train) = &closest[0];
+        assert!(
+            *cos < NEAR_COPY,
+            "held-out {held:?} ~ training {train:?} ({cos:.3})"
         );
     }
 }
