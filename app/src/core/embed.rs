@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use anyhow::{anyhow, Context};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertEncoder, BertModel, Config};
+use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use tokio::sync::{mpsc, oneshot};
+
+use super::encoder::Layer;
 
 /// The model's name, stored beside every vector.
 pub const MODEL_NAME: &str = "all-MiniLM-L6-v2";
@@ -25,15 +27,14 @@ pub const MAX_TOKENS: usize = 256;
 
 /// The loaded model and tokenizer.
 ///
-/// The model runs one encoder layer at a time (candle's `BertModel` runs all six in one call),
-/// so the bulk lane can pause between layers when the API is busy: a forward pass of a full
-/// batch takes a hundred milliseconds or more, a layer a sixth of that.
+/// The model runs one encoder layer at a time (our `encoder::Layer`; candle's `BertModel` runs
+/// all six in one call), so the bulk lane can pause between layers when the API is busy: a
+/// forward pass of a full batch takes a hundred milliseconds or more, a layer a sixth of that.
 pub struct Embedder {
     /// The embedding layer: candle's BERT loaded with no encoder layers.
     embeddings: BertModel,
-    /// The encoder's layers in order, each as an encoder of its one layer (the weights are
-    /// shared, not copied).
-    layers: Vec<BertEncoder>,
+    /// The encoder's layers in order.
+    layers: Vec<Layer>,
     tokenizer: Tokenizer,
     device: Device,
 }
@@ -76,16 +77,9 @@ impl Embedder {
                 ..config.clone()
             },
         )?;
-        let encoder = BertEncoder::load(vb.pp("encoder"), &config)?;
-        let layers = encoder
-            .layers
-            .iter()
-            .map(|layer| {
-                let mut one = encoder.clone();
-                one.layers = vec![layer.clone()];
-                one
-            })
-            .collect();
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| Layer::load(vb.pp(format!("encoder.layer.{i}")), &config))
+            .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Self {
             embeddings,
             layers,

@@ -25,6 +25,7 @@ pub mod conversations;
 pub mod crypto;
 pub mod dates;
 pub mod embed;
+pub mod encoder;
 pub mod error;
 pub mod group;
 pub mod ingest;
