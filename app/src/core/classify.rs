@@ -1004,7 +1004,7 @@ fn closest_training(
         .map(|(_, h, text)| {
             let (cos, other) = train
                 .iter()
-                .map(|(_, t, other)| (h.iter().zip(t).map(|(a, b)| a * b).sum::<f32>(), other))
+                .map(|(_, t, other)| (cosine(h, t), other))
                 .max_by(|a, b| a.0.total_cmp(&b.0))
                 .expect("training rows");
             (cos, text.clone(), other.clone())
