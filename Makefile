@@ -27,7 +27,7 @@ site:
 
 lint:
 	cargo fmt --all -- --check
-	cargo clippy -p server --all-targets -- -D warnings
+	cargo clippy -p server -p kernels --all-targets -- -D warnings
 	cargo clippy -p frontend --target wasm32-unknown-unknown -- -D warnings
 
 bench-classifier: setup

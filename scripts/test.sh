@@ -20,7 +20,7 @@ done
 
 echo "== Rust tests"
 cargo build -q -p server --bin engram
-cargo nextest run -p server -p app --features app/ssr --no-fail-fast
+cargo nextest run -p server -p app -p kernels --features app/ssr --no-fail-fast
 
 echo "== Portal bundle"
 bash scripts/build-site.sh

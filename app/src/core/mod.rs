@@ -8,7 +8,8 @@
 //! - `accounts`, `keys`, `projects`, `memories`, `tasks`, `machines`, `claims`,
 //!   `conversations`: resources;
 //! - `proxy`: the LLM proxy's upstreams (keys sealed), memory injection and request records;
-//! - `embed`, `classify`, `llm`, `ingest`: the model, the classifier and the queue job;
+//! - `embed`, `encoder`, `dense`, `classify`, `llm`, `ingest`: the model (its encoder layer and
+//!   dense products), the classifier and the queue job;
 //! - `search`: hybrid search; `terms`: cached term statistics for its BM25; `dates`: the days
 //!   a query or a memory's metadata names;
 //! - `mail`, `smtp`: outgoing mail and the development mailbox;
@@ -24,6 +25,7 @@ pub mod clientaddr;
 pub mod conversations;
 pub mod crypto;
 pub mod dates;
+pub mod dense;
 pub mod embed;
 pub mod encoder;
 pub mod error;

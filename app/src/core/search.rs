@@ -34,8 +34,10 @@
 //!
 //! Latency: the keyword part needs no embedding, so it runs in PostgreSQL while the model embeds
 //! the query, and reads its candidates' neighbours and every part's inputs in the same statement
-//! (their vectors too: the cosine is computed here once the query is embedded). What waits for
-//! the embedding is one statement: the vector candidates and their neighbours.
+//! (their vectors too: the cosine is computed here once the query is embedded). The vector part
+//! (its candidates, their neighbours and inputs) is one statement that starts as soon as the
+//! query is embedded, beside the keyword statement if that is still running: a search takes
+//! about the longer of the two paths, then one read of the results' fields.
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -111,17 +113,20 @@ impl Weights {
     }
 }
 
-/// Where the time of one search went, for the latency bench (milliseconds).
+/// Where the time of one search went, for the latency bench (milliseconds). A search takes
+/// about `max(keyword_ms, embed_ms + vector_ms) + finish_ms`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Timings {
-    /// Embedding the query.
+    /// From the start until the query was embedded.
     pub embed_ms: f64,
-    /// The keyword part in PostgreSQL (candidates, their neighbours, every part's inputs), at
-    /// the same time as the embedding.
+    /// From the start until the keyword part was read from PostgreSQL (the query's terms, then
+    /// the candidates, their neighbours, every part's inputs), beside the embedding.
     pub keyword_ms: f64,
-    /// What follows the embedding: the vector candidates, their neighbours and inputs, the
-    /// ranking, the results' fields.
-    pub candidates_ms: f64,
+    /// The vector part's statement, once the query was embedded (beside the keyword part if
+    /// that was still running).
+    pub vector_ms: f64,
+    /// Once both parts were read: the ranking and the results' fields.
+    pub finish_ms: f64,
 }
 
 /// The account, or one of its projects.
@@ -200,52 +205,58 @@ pub async fn search_with(
     let pool_size = (limit * 2).max(20);
 
     let started = Instant::now();
-    let embedding = async {
-        let v = embedder.embed_query(query).await;
-        (v, started.elapsed())
+    // The model embeds the query on its own thread while PostgreSQL works: first the query's
+    // terms, then the keyword statement; the vector statement starts as soon as the embedding is
+    // ready, beside the keyword statement if that is still running.
+    let embedding = {
+        let (embedder, query) = (embedder.clone(), query.to_string());
+        tokio::spawn(async move { embedder.embed_query(&query).await })
     };
-    let keyword = async {
-        let k = keyword_part(pool, &scope, query, range, pool_size).await;
-        (k, started.elapsed())
-    };
-    let ((embedding, embed_time), (keyword, keyword_time)) = tokio::join!(embedding, keyword);
-    let (embedding, mut keyword) = (embedding?, keyword?);
-    let mut timings = Timings {
-        embed_ms: embed_time.as_secs_f64() * 1e3,
-        keyword_ms: keyword_time.as_secs_f64() * 1e3,
-        candidates_ms: 0.0,
-    };
+    let keyword = query_terms(pool, &scope, query).await?;
     if keyword.scope_size == 0 {
-        return Ok((vec![], timings));
+        embedding.abort();
+        return Ok((vec![], Timings::default()));
     }
-
-    let started = Instant::now();
-    let mut rows = std::mem::take(&mut keyword.rows);
-    for r in &mut rows {
-        r.cosine = r.embedding.take().map(|e| cosine(e.as_slice(), &embedding));
-    }
-    let keyword_anchors: Vec<Uuid> = rows
-        .iter()
-        .filter(|r| r.anchors.contains(&r.id))
-        .map(|r| r.id)
-        .collect();
-    let embedding = Vector::from(embedding);
-    rows.extend(
-        vector_rows(
+    let keyword_read = async {
+        let rows = keyword_rows(pool, &scope, &keyword, range, pool_size).await;
+        (rows, started.elapsed())
+    };
+    let vector_read = async {
+        let embedding = embedding
+            .await
+            .map_err(|e| anyhow::anyhow!("embedding the query: {e}"))??;
+        let embedded = started.elapsed();
+        let rows = vector_rows(
             pool,
             &scope,
-            &embedding,
-            &keyword,
-            &keyword_anchors,
+            &Vector::from(embedding.clone()),
+            keyword.scope_size,
+            &keyword.lexemes,
             range,
             pool_size,
         )
-        .await?,
-    );
+        .await?;
+        AppResult::Ok((embedding, rows, embedded, started.elapsed()))
+    };
+    let ((keyword_read, keyword_time), vector_read) = tokio::join!(keyword_read, vector_read);
+    let (embedding, vector_read, embed_time, vector_time) = vector_read?;
+    let mut rows = keyword_read?;
+    let mut timings = Timings {
+        embed_ms: embed_time.as_secs_f64() * 1e3,
+        keyword_ms: keyword_time.as_secs_f64() * 1e3,
+        vector_ms: (vector_time - embed_time).as_secs_f64() * 1e3,
+        finish_ms: 0.0,
+    };
+
+    let finish = Instant::now();
+    for r in &mut rows {
+        r.cosine = r.embedding.take().map(|e| cosine(e.as_slice(), &embedding));
+    }
+    rows.extend(vector_read);
     let rows = merge(rows);
     let ranked = rank(&rows, &keyword, range.is_some(), weights, limit);
     let hits = hits(pool, user_id, &ranked).await?;
-    timings.candidates_ms = started.elapsed().as_secs_f64() * 1e3;
+    timings.finish_ms = finish.elapsed().as_secs_f64() * 1e3;
     Ok((hits, timings))
 }
 
@@ -299,18 +310,12 @@ struct KeywordPart {
     idf: Vec<f64>,
     /// Mean number of distinct terms in a memory.
     avgdl: f64,
-    /// The keyword candidates and their neighbours, with every part's inputs but the cosine
-    /// (their vectors instead).
-    rows: Vec<Row>,
+    /// The query terms that select the keyword candidates (none: no keyword candidates).
+    selective: Vec<String>,
 }
 
-async fn keyword_part(
-    pool: &PgPool,
-    scope: &Scope<'_>,
-    query: &str,
-    range: Option<DayRange>,
-    pool_size: i64,
-) -> AppResult<KeywordPart> {
+/// The query's terms, their IDF in the scope, and those that select keyword candidates.
+async fn query_terms(pool: &PgPool, scope: &Scope<'_>, query: &str) -> AppResult<KeywordPart> {
     let stats = terms::of_scope(pool, scope.user_id, scope.project_id).await?;
     let lexemes: Vec<String> =
         sqlx::query_scalar("select unnest(tsvector_to_array(to_tsvector('english', $1)))")
@@ -318,67 +323,80 @@ async fn keyword_part(
             .fetch_all(pool)
             .await?;
     let n = stats.memories as f64;
-    let mut part = KeywordPart {
-        scope_size: stats.memories,
-        idf: lexemes.iter().map(|l| stats.idf(l)).collect(),
-        lexemes,
-        avgdl: stats.avgdl,
-        rows: vec![],
-    };
     // The rarest terms select the candidates, up to about KEYWORD_BUDGET memories: they carry
-    // most of BM25's weight, and every memory selected costs a read of its terms. A rarest term
-    // more common than that (large scopes) selects at most twice the budget, in storage order:
-    // each read costs about 15 µs, and the embedding it runs beside takes about 11 ms.
-    let mut by_rarity: Vec<(&String, f64)> = part
-        .lexemes
+    // most of BM25's weight, and every memory selected costs a read of its terms (about 11 µs
+    // in PostgreSQL, on the core the model would otherwise have to itself). Where the rarest term
+    // alone is more common than that (large scopes), its newest KEYWORD_BUDGET memories are
+    // scored (finding them reads each match's row, about 1 µs; only those kept are unpacked).
+    let mut by_rarity: Vec<(&String, f64)> = lexemes
         .iter()
         .map(|l| (l, stats.df.get(l).copied().unwrap_or(0) as f64))
         .filter(|&(_, df)| df < DF_CAP && (df < 0.3 * n || n < 20.0))
         .collect();
     by_rarity.sort_by(|a, b| a.1.total_cmp(&b.1));
     let mut selected = 0.0;
-    let selective: Vec<&String> = by_rarity
+    let selective: Vec<String> = by_rarity
         .into_iter()
         .take_while(|&(_, df)| {
             let first = selected == 0.0;
             selected += df.max(1.0);
             first || selected <= KEYWORD_BUDGET
         })
-        .map(|(l, _)| l)
+        .map(|(l, _)| l.clone())
         .collect();
-    if selective.is_empty() {
-        return Ok(part);
+    Ok(KeywordPart {
+        scope_size: stats.memories,
+        idf: lexemes.iter().map(|l| stats.idf(l)).collect(),
+        lexemes,
+        avgdl: stats.avgdl,
+        selective,
+    })
+}
+
+/// The keyword candidates (the best `pool_size` by BM25 of their own words) and their
+/// neighbours, with every part's inputs but the cosine (their vectors instead).
+async fn keyword_rows(
+    pool: &PgPool,
+    scope: &Scope<'_>,
+    part: &KeywordPart,
+    range: Option<DayRange>,
+    pool_size: i64,
+) -> AppResult<Vec<Row>> {
+    if part.selective.is_empty() {
+        return Ok(vec![]);
     }
-    // The best `pool_size` by BM25 of their own words are the keyword candidates.
     let anchors = "q as (select * from unnest($3::text[], $6::float8[]) as q(l, idf)),
-         cand as (select id, tsv, project_id, stream, seq from memories
-                  where user_id = $1 and ($2::text is null or project_id = $2)
-                    and tsv @@ (select string_agg(quote_literal(l), ' | ')::tsquery from unnest($7::text[]) l)
-                  limit $12),
+         cand as (select * from (select id, tsv, project_id, stream, seq from memories
+                                 where user_id = $1 and ($2::text is null or project_id = $2)
+                                   and tsv @@ (select string_agg(quote_literal(l), ' | ')::tsquery
+                                               from unnest($7::text[]) l)
+                                 offset 0) matched
+                  order by seq desc limit $12),
          anchors as (select c.id, c.project_id, c.stream, c.seq from cand c
                      cross join lateral (select lexeme, coalesce(array_length(positions, 1), 1)::float8 as tf
-                                         from unnest(c.tsv)) u
+                                         from unnest(ts_filter(setweight(c.tsv, 'A', $3), '{a}'))) u
                      join q on q.l = u.lexeme
                      group by c.id, c.tsv, c.project_id, c.stream, c.seq
                      order by sum(q.idf * u.tf * ($8 + 1) / (u.tf + $8 * (1 - $9 + $9 * length(c.tsv) / $10))) desc
                      limit $11)";
     let (from, to) = days(range);
-    part.rows = sqlx::query_as(sqlx::AssertSqlSafe(rows_sql(anchors, false)))
-        .bind(scope.user_id)
-        .bind(scope.project_id)
-        .bind(&part.lexemes)
-        .bind(from)
-        .bind(to)
-        .bind(&part.idf)
-        .bind(&selective)
-        .bind(BM25_K1)
-        .bind(BM25_B)
-        .bind(part.avgdl.max(1.0))
-        .bind(pool_size)
-        .bind(2 * KEYWORD_BUDGET as i64)
-        .fetch_all(pool)
-        .await?;
-    Ok(part)
+    Ok(
+        sqlx::query_as(sqlx::AssertSqlSafe(rows_sql(anchors, false)))
+            .bind(scope.user_id)
+            .bind(scope.project_id)
+            .bind(&part.lexemes)
+            .bind(from)
+            .bind(to)
+            .bind(&part.idf)
+            .bind(&part.selective)
+            .bind(BM25_K1)
+            .bind(BM25_B)
+            .bind(part.avgdl.max(1.0))
+            .bind(pool_size)
+            .bind(KEYWORD_BUDGET as i64)
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 fn days(range: Option<DayRange>) -> (Option<NaiveDate>, Option<NaiveDate>) {
@@ -403,6 +421,12 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     dot / (na.sqrt() * nb.sqrt())
 }
 
+/// A memory's query terms with their positions are `ts_filter(setweight(tsv, 'A', terms),
+/// '{a}')`: the query's lexemes marked, then only the marked kept (`tsv` carries no weights of
+/// its own, and `to_tsvector` gives every lexeme a position to mark), all inside the tsvector's
+/// C functions. Unnesting the whole `tsv` and joining it with
+/// the terms cost about 11 µs a memory, most of the keyword statement's time; this about 1 µs.
+///
 /// The statement that reads candidates and their neighbours: `anchors` defines CTEs ending in
 /// `anchors (id, project_id, stream, seq)`; with `cosine`, `$6` is the query's vector,
 /// otherwise the rows carry their vectors. Shared parameters: `$1` account, `$3` query terms,
@@ -431,7 +455,7 @@ fn rows_sql(anchors: &str, cosine: bool) -> String {
          ids as (select id, array_agg(anchor) as anchors from win group by id)
          select m.id, i.anchors, m.seq, m.importance_score, m.created_at, {vector},
                 array(select t.lexeme || ' ' || coalesce(array_length(t.positions, 1), 1)
-                      from unnest(m.tsv) t where t.lexeme = any($3)) as terms,
+                      from unnest(ts_filter(setweight(m.tsv, 'A', $3), '{{a}}')) t) as terms,
                 length(m.tsv) as len,
                 coalesce(m.event_day between $4 and $5, false) as in_range
          from ids i cross join lateral (select * from memories m where m.id = i.id limit 1) m"
@@ -457,19 +481,20 @@ struct Row {
     in_range: bool,
 }
 
-/// The vector candidates (and, for a short date range, the best of those days) that are not
-/// keyword candidates already, with the two memories before and after each in its stream.
+/// The vector candidates (and, for a short date range, the best of those days), with the two
+/// memories before and after each in its stream. (Some may be keyword candidates too: the two
+/// statements run at the same time, and `merge` joins their rows.)
 async fn vector_rows(
     pool: &PgPool,
     scope: &Scope<'_>,
     embedding: &Vector,
-    keyword: &KeywordPart,
-    keyword_anchors: &[Uuid],
+    scope_size: i64,
+    lexemes: &[String],
     range: Option<DayRange>,
     pool_size: i64,
 ) -> AppResult<Vec<Row>> {
     // Small scopes: the subquery (`offset 0`) keeps the planner off the HNSW index, an exact scan.
-    let vector = if keyword.scope_size <= EXACT_SCAN_LIMIT {
+    let vector = if scope_size <= EXACT_SCAN_LIMIT {
         "select id from (select id, embedding from memories
                          where user_id = $1 and ($2::text is null or project_id = $2) offset 0) s
          order by embedding <=> $6 limit $7"
@@ -487,20 +512,18 @@ async fn vector_rows(
          anchors as (select m.id, m.project_id, m.stream, m.seq
                      from (select id from vec union select id from day) c
                      cross join lateral (select id, project_id, stream, seq from memories m
-                                         where m.id = c.id and m.user_id = $1 limit 1) m
-                     where c.id <> all($9))"
+                                         where m.id = c.id and m.user_id = $1 limit 1) m)"
     );
     Ok(
         sqlx::query_as(sqlx::AssertSqlSafe(rows_sql(&anchors, true)))
             .bind(scope.user_id)
             .bind(scope.project_id)
-            .bind(&keyword.lexemes)
+            .bind(lexemes)
             .bind(from)
             .bind(to)
             .bind(embedding)
             .bind(pool_size)
             .bind(date_candidates)
-            .bind(keyword_anchors)
             .fetch_all(pool)
             .await?,
     )

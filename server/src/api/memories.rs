@@ -220,7 +220,8 @@ pub async fn run_search(
     tracing::debug!(
         search.embed_ms = timings.embed_ms,
         search.keyword_ms = timings.keyword_ms,
-        search.candidates_ms = timings.candidates_ms,
+        search.vector_ms = timings.vector_ms,
+        search.finish_ms = timings.finish_ms,
         "search"
     );
     Ok(hits)
