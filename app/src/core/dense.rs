@@ -1,5 +1,5 @@
 //! The model's dense layers on candle tensors: [`kernels::Dense`] (weights packed once at load,
-//! our own product; its crate tells why) behind candle's shapes.
+//! stored as f16, our own product; its crate tells why) behind candle's shapes.
 use candle_core::{Result, Tensor};
 
 /// A linear layer of the checkpoint, packed.
@@ -50,6 +50,12 @@ mod tests {
         let x = Tensor::randn(0f32, 1.0, (2, 7, 384), &dev).unwrap();
         let ours = dense.forward(&x).unwrap();
         assert_eq!(ours.dims(), &[2, 7, 48]);
+        // The weights as the kernel stores them (f16), in candle's product.
+        let w = w
+            .to_dtype(candle_core::DType::F16)
+            .unwrap()
+            .to_dtype(candle_core::DType::F32)
+            .unwrap();
         let theirs = candle_nn::Linear::new(w, Some(b));
         let theirs = candle_core::Module::forward(&theirs, &x).unwrap();
         let diff = (ours - theirs)
