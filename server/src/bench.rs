@@ -1381,7 +1381,16 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
             "fused, no neighbours".to_string(),
             Weights {
                 neighbour: 0.0,
+                area: 0.0,
                 context_terms: 0.0,
+                ..fused
+            },
+        ),
+        ("fused, no area".to_string(), Weights { area: 0.0, ..fused }),
+        (
+            "fused, no authors".to_string(),
+            Weights {
+                author: 0.0,
                 ..fused
             },
         ),
@@ -1406,6 +1415,12 @@ async fn locomo(config: Config, data: &PathBuf, reuse: bool, sweep: bool) -> any
         }
         for date in [0.1f32, 0.3] {
             variants.push((format!("date {date:.1}"), Weights { date, ..fused }));
+        }
+        for area in [0.2f32, 0.4] {
+            variants.push((format!("area {area:.1}"), Weights { area, ..fused }));
+        }
+        for author in [0.05f32, 0.1, 0.2, 0.25] {
+            variants.push((format!("author {author:.2}"), Weights { author, ..fused }));
         }
     }
     let mut variant_scores = vec![Scores::default(); variants.len()];

@@ -352,3 +352,55 @@ async fn a_query_naming_a_day_favours_memories_of_that_day() {
         assert_eq!(hits[0]["id"], day, "{query}: {hits:?}");
     }
 }
+
+#[tokio::test]
+async fn a_query_naming_a_speaker_favours_their_own_words() {
+    let app = spawn_worker_app().await;
+    let (_, key) = app.user("speakers@example.com").await;
+    for name in ["labels", "metadata"] {
+        app.post_json("/api/v1/projects", &json!({"name": name}), Some(&key))
+            .await;
+    }
+    // Each speaker mentions the other: only the author tells them apart. The same twice: the
+    // author as the content's label, and as the metadata's `speaker`.
+    let by_alice = "Alice: Bob and I went hiking in the mountains last weekend.";
+    let by_bob = "Bob: Alice and I went hiking in the mountains last weekend.";
+    let plain = "We went hiking in the mountains last weekend.";
+    let ids = app
+        .store_all(
+            &key,
+            vec![
+                json!({"content": by_alice, "project_id": "labels", "agent_id": "a"}),
+                json!({"content": by_bob, "project_id": "labels", "agent_id": "b"}),
+                json!({"content": plain, "project_id": "metadata", "agent_id": "a", "metadata": {"speaker": "Alice"}}),
+                json!({"content": plain, "project_id": "metadata", "agent_id": "b", "metadata": {"speaker": "Bob Stone"}}),
+            ],
+        )
+        .await;
+    for (query, labels, metadata) in [
+        ("Where did Alice go hiking?", by_alice, &ids[2]),
+        ("where did bob go hiking", by_bob, &ids[3]),
+    ] {
+        let hits = search(&app, &key, json!({"query": query, "project_id": "labels"})).await;
+        assert_eq!(contents(&hits)[0], labels, "{query}: {hits:?}");
+        let hits = search(
+            &app,
+            &key,
+            json!({"query": query, "project_id": "metadata"}),
+        )
+        .await;
+        assert_eq!(hits[0]["id"], metadata.as_str(), "{query}: {hits:?}");
+        assert!(
+            hits[0]["score"].as_f64() > hits[1]["score"].as_f64(),
+            "{query}: {hits:?}"
+        );
+    }
+    // A query naming nobody: the same words score alike, whoever said them.
+    let hits = search(
+        &app,
+        &key,
+        json!({"query": "hiking in the mountains", "project_id": "metadata"}),
+    )
+    .await;
+    assert_eq!(hits[0]["score"], hits[1]["score"], "{hits:?}");
+}
