@@ -515,7 +515,7 @@ fn rows_sql(anchors: &str, cosine: bool) -> String {
                       from unnest(ts_filter(setweight(m.tsv, 'A', $3), '{{a}}')) t) as terms,
                 length(m.tsv) as len,
                 coalesce(m.event_day between $4 and $5, false) as in_range,
-                nullif(split_part(left(m.content, 60), ': ', 1), left(m.content, 60)) as label,
+                m.content_label as label,
                 coalesce(m.metadata->>'speaker', m.metadata->>'author') as speaker
          from ids i cross join lateral (select * from memories m where m.id = i.id limit 1) m"
     )
@@ -538,15 +538,15 @@ struct Row {
     /// Distinct terms in the memory.
     len: i32,
     in_range: bool,
-    /// What the content's first 60 characters hold before their first `": "`, if they hold one.
+    /// What the content's first 60 characters hold before their first `": "`, if they hold one
+    /// (the `content_label` column, stored with the memory).
     label: Option<String>,
     /// The metadata's `speaker`, else its `author`.
     speaker: Option<String>,
 }
 
 /// A memory's author: the label its content starts with if that looks like a name ("Caroline:
-/// …", one to three capitalised words), else its metadata's speaker or author. (Checked here:
-/// a regular expression in the statement cost 3 ms of a search at 100,000 memories.)
+/// …", one to three capitalised words), else its metadata's speaker or author.
 fn author<'a>(label: Option<&'a str>, speaker: Option<&'a str>) -> Option<&'a str> {
     let name = |l: &str| {
         (1..=3).contains(&l.split(' ').count())

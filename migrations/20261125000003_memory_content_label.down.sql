@@ -1,0 +1,1 @@
+alter table memories drop column content_label;
