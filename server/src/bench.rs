@@ -617,8 +617,10 @@ async fn harness_on(config: &Config, with_worker: bool, fresh: bool) -> anyhow::
     // search bench measures it in a round of its own).
     state.embedder.set_query_cache(0);
     // As `engram serve` runs it: the daily counts written and the quota figures read again
-    // every 2 seconds.
+    // every 2 seconds; the housekeeping loop (among others, `memories` analyzed again once
+    // enough of it changed).
     crate::spawn_quota_refresh(state.clone());
+    crate::spawn_housekeeping(state.clone(), Duration::from_secs(5));
     let ctx = crate::ingest_context(&state, IngestOptions::default());
     ctx.warm_up().await?;
     if with_worker {

@@ -219,8 +219,9 @@ pub fn spawn_quota_refresh(state: AppState) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Writes batched API-call counts, removes ended rate-limit windows (every minute) and expired
-/// sessions, every few seconds.
+/// Writes batched API-call counts, analyzes `memories` again when enough of it changed (every
+/// 30 seconds: search's plans need current statistics), removes ended rate-limit windows (every
+/// minute) and expired sessions, every few seconds.
 pub fn spawn_housekeeping(state: AppState, every: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticks = 0u64;
@@ -230,6 +231,11 @@ pub fn spawn_housekeeping(state: AppState, every: Duration) -> tokio::task::Join
                 tracing::warn!(error = %e, "flushing API usage failed, kept for the next try");
             }
             ticks += 1;
+            if ticks.is_multiple_of(6) {
+                if let Err(e) = app::core::memories::analyze_if_changed(&state.pool).await {
+                    tracing::warn!(error = %e, "analyzing memories failed");
+                }
+            }
             if ticks.is_multiple_of(12) {
                 if let Err(e) = app::core::ratelimit::RateLimiter::prune(&state.pool).await {
                     tracing::warn!(error = %e, "removing ended rate-limit windows failed");

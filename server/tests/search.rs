@@ -404,3 +404,92 @@ async fn a_query_naming_a_speaker_favours_their_own_words() {
     .await;
     assert_eq!(hits[0]["score"], hits[1]["score"], "{hits:?}");
 }
+
+/// Search's plans depend on the account's row estimate: once enough of `memories` changed since
+/// its last ANALYZE, the housekeeping loop's check analyzes it again (autovacuum may be off, and
+/// waits for 10 % of the table when on); below the threshold it does not.
+#[tokio::test]
+async fn memories_are_analyzed_again_once_enough_of_them_changed() {
+    use app::core::memories::{analyze_if_changed, ANALYZE_AFTER_ROWS};
+    let app = spawn_app().await;
+    let user: i64 =
+        sqlx::query_scalar("insert into users (email) values ('bulk@example.com') returning id")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    sqlx::query("insert into projects (user_id, id, name) values ($1, 'default', 'default')")
+        .bind(user)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let add = |n: i64| {
+        sqlx::query(
+            "insert into memories (id, user_id, project_id, content, cognitive_sector, importance_score, embedding, embedding_model)
+             select gen_random_uuid(), $1, 'default', 'bulk memory ' || g, 'semantic', 0.5,
+                    array_fill(0.05, array[384])::vector, 'none'
+             from generate_series(1, $2) g",
+        )
+        .bind(user)
+        .bind(n)
+        .execute(&app.pool)
+    };
+    // Rows changed since the last ANALYZE, as the statistics system reports them (a backend
+    // reports its counts when it goes idle, at most 10 s later).
+    let changed_at_least = |n: i64| {
+        let pool = app.pool.clone();
+        async move {
+            for _ in 0..200 {
+                let changed: i64 = sqlx::query_scalar(
+                    "select n_mod_since_analyze from pg_stat_user_tables where relid = 'memories'::regclass",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                if changed >= n {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            panic!("the statistics never reported {n} changed rows");
+        }
+    };
+    sqlx::query("analyze memories")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    add(10).await.unwrap();
+    changed_at_least(10).await;
+    assert!(
+        !analyze_if_changed(&app.pool).await.unwrap(),
+        "10 changed rows"
+    );
+
+    add(ANALYZE_AFTER_ROWS + 100).await.unwrap();
+    changed_at_least(ANALYZE_AFTER_ROWS + 110).await;
+    assert!(analyze_if_changed(&app.pool).await.unwrap());
+    let (changed, analyzed): (i64, bool) = sqlx::query_as(
+        "select n_mod_since_analyze, last_analyze is not null from pg_stat_user_tables where relid = 'memories'::regclass",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((changed, analyzed), (0, true));
+    // The planner now knows the account's rows (before: none, as the table was empty then).
+    let plan: Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "explain (format json) select id from memories where user_id = {user}"
+    )))
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let rows = plan[0]["Plan"]["Plan Rows"].as_f64().unwrap();
+    assert!(
+        rows > 1_000.0,
+        "estimated {rows} rows of {}",
+        ANALYZE_AFTER_ROWS + 110
+    );
+    assert!(
+        !analyze_if_changed(&app.pool).await.unwrap(),
+        "just analyzed"
+    );
+}

@@ -316,7 +316,7 @@ fn names_author(words: &[String], author: Option<&str>) -> bool {
     else {
         return false;
     };
-    words.iter().any(|w| *w == first)
+    words.contains(&first)
 }
 
 /// The ranked memories as search results, in rank order.
