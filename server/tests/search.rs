@@ -141,6 +141,21 @@ async fn search_filters_by_project_and_validates_its_input() {
     );
 }
 
+/// An account and its default project, written straight into the tables; its id.
+async fn bare_account(app: &TestApp, email: &str) -> i64 {
+    let user: i64 = sqlx::query_scalar("insert into users (email) values ($1) returning id")
+        .bind(email)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query("insert into projects (user_id, id, name) values ($1, 'default', 'default')")
+        .bind(user)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    user
+}
+
 /// Random unit vectors for other accounts' memories, written straight into the table (the
 /// pipeline would take an hour for 100,000); our own account's memories go through the pipeline.
 async fn crowd(app: &TestApp, accounts: i64, per_account: i64) {
@@ -149,16 +164,7 @@ async fn crowd(app: &TestApp, accounts: i64, per_account: i64) {
         .await
         .unwrap();
     for a in 0..accounts {
-        let user: i64 = sqlx::query_scalar("insert into users (email) values ($1) returning id")
-            .bind(format!("crowd{a}@example.com"))
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-        sqlx::query("insert into projects (user_id, id, name) values ($1, 'default', 'default')")
-            .bind(user)
-            .execute(&app.pool)
-            .await
-            .unwrap();
+        let user = bare_account(app, &format!("crowd{a}@example.com")).await;
         sqlx::query(
             "insert into memories (id, user_id, project_id, content, cognitive_sector, importance_score, embedding, embedding_model)
              select gen_random_uuid(), $1, 'default', 'crowd memory about dogs and budgets ' || g, 'semantic', 0.5,
@@ -412,16 +418,7 @@ async fn a_query_naming_a_speaker_favours_their_own_words() {
 async fn memories_are_analyzed_again_once_enough_of_them_changed() {
     use app::core::memories::{analyze_if_changed, ANALYZE_AFTER_ROWS};
     let app = spawn_app().await;
-    let user: i64 =
-        sqlx::query_scalar("insert into users (email) values ('bulk@example.com') returning id")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    sqlx::query("insert into projects (user_id, id, name) values ($1, 'default', 'default')")
-        .bind(user)
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    let user = bare_account(&app, "bulk@example.com").await;
     let add = |n: i64| {
         sqlx::query(
             "insert into memories (id, user_id, project_id, content, cognitive_sector, importance_score, embedding, embedding_model)
