@@ -596,7 +596,7 @@ pub const ANALYZE_AFTER_SHARE: f64 = 0.005;
 /// at a time runs it (a transaction-level advisory lock; the others skip).
 pub async fn analyze_if_changed(pool: &PgPool) -> AppResult<bool> {
     let changed: Option<bool> = sqlx::query_scalar(
-        "select n_mod_since_analyze > $1 + $2 * greatest(n_live_tup, 0)
+        "select n_mod_since_analyze > $1 + $2 * n_live_tup
          from pg_stat_user_tables where relid = 'memories'::regclass",
     )
     .bind(ANALYZE_AFTER_ROWS)
