@@ -713,12 +713,16 @@ async fn the_model_list_comes_from_the_catalogue_and_unknown_models_are_flagged(
             == 2
     })
     .await;
+    // Each request is recorded once its reply has ended, so the two rows may land in either
+    // order: read them by model (the Mistral one first).
     let costs: Vec<(String, Option<f64>, i32, i32)> = sqlx::query_as(
-        "select model, cost_usd, prompt_tokens, completion_tokens from proxy_requests order by id",
+        "select model, cost_usd, prompt_tokens, completion_tokens from proxy_requests order by model",
     )
     .fetch_all(&app.pool)
     .await
     .unwrap();
+    assert_eq!(costs[0].0, "mistral-large-latest", "{costs:?}");
+    assert_eq!(costs[1].0, "standin-small", "{costs:?}");
     let (_, cost, prompt, completion) = &costs[0];
     let expected = (*prompt as f64 * 2.0 + *completion as f64 * 6.0) / 1e6;
     assert!((cost.unwrap() - expected).abs() < 1e-12, "{costs:?}");
