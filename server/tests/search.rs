@@ -490,3 +490,61 @@ async fn memories_are_analyzed_again_once_enough_of_them_changed() {
         "just analyzed"
     );
 }
+
+/// Where the query's rarest term is in more memories than the keyword part reads (about 300),
+/// it reads the newest of them: the memory written last is found by its words although 400
+/// older ones share them and every vector candidate is another memory. Before, up to 600 were
+/// read in storage order, whatever their age.
+#[tokio::test]
+async fn the_newest_memories_of_a_common_term_are_read_first() {
+    let app = spawn_app().await;
+    let user = bare_account(&app, "harbour@example.com").await;
+    let key = app::core::keys::create(&app.pool, user, None, "harbour")
+        .await
+        .unwrap()
+        .key;
+    let query = "harbour";
+    let q = app.state.embedder.embed_query(query).await.unwrap();
+    // `a · q + noise` (384 uniform draws in ±0.5, norm about 5.7): cosine to the query about
+    // a / √(a² + 32), so 5.5 gives ~0.70 and 4.2 ~0.60; 0 gives ~0.
+    let add = |content: &'static str, count: i64, a: f32| {
+        let (pool, q) = (app.pool.clone(), q.clone());
+        async move {
+            sqlx::query(
+                "insert into memories (id, user_id, project_id, content, cognitive_sector, importance_score, embedding, embedding_model)
+                 select gen_random_uuid(), $1, 'default', replace($2, '#', g::text), 'semantic', 0.5,
+                        (select array_agg($4 * q + random() - 0.5 + 0 * g) from unnest($5::float4[]) q)::vector, 'test'
+                 from generate_series(1, $3) g",
+            )
+            .bind(user)
+            .bind(content)
+            .bind(count)
+            .bind(a)
+            .bind(&q)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    let twin = "harbour harbour harbour: the crane passed its inspection";
+    add(twin, 1, 4.2).await;
+    add("harbour log entry #", 400, 0.0).await;
+    // Closer to the query than the twins, and without its word: the vector part's candidates.
+    add("garden note #", 1_200, 5.5).await;
+    add(twin, 1, 4.2).await;
+    let (old, new): (String, String) = sqlx::query_as(
+        "select min(id::text) filter (where seq = (select min(seq) from memories where content = $1)),
+                min(id::text) filter (where seq = (select max(seq) from memories where content = $1))
+         from memories where content = $1",
+    )
+    .bind(twin)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+
+    let hits = search(&app, &key, json!({"query": query, "limit": 10})).await;
+    let ids: Vec<&str> = hits.iter().map(|h| h["id"].as_str().unwrap()).collect();
+    assert_eq!(ids[0], new, "{:?}", contents(&hits));
+    // The older twin is beyond what the keyword part reads, and no vector candidate.
+    assert!(!ids.contains(&old.as_str()), "{:?}", contents(&hits));
+}
