@@ -143,7 +143,10 @@ fn main() -> anyhow::Result<()> {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
-    server::telemetry::init("info");
+    // A bench prints its figures on stdout: the request log (one line per request) would bury
+    // them, so it logs warnings only unless ENGRAM_LOG says otherwise.
+    let bench = matches!(cli.command, Some(Command::Bench { .. }));
+    server::telemetry::init(if bench { "warn" } else { "info" });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
