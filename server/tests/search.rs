@@ -506,7 +506,8 @@ async fn the_newest_memories_of_a_common_term_are_read_first() {
     let query = "harbour";
     let q = app.state.embedder.embed_query(query).await.unwrap();
     // `a · q + noise` (384 uniform draws in ±0.5, norm about 5.7): cosine to the query about
-    // a / √(a² + 32), so 5.5 gives ~0.70 and 4.2 ~0.60; 0 gives ~0.
+    // a / √(a² + 32), so 5.5 gives ~0.70 and 4.2 ~0.60; 0 gives ~0. (`0 * g` ties the vector's
+    // subquery to its row, so each memory draws its own noise instead of sharing one vector.)
     let add = |content: &'static str, count: i64, a: f32| {
         let (pool, q) = (app.pool.clone(), q.clone());
         async move {
